@@ -1,0 +1,37 @@
+// ropenorm public error type.
+//
+// Every entry point returns a Status. A failed Status carries a message that names the op, the
+// argument, what was expected and what was received; when a call fails, no output was written.
+#pragma once
+
+#include <string>
+#include <utility>
+
+namespace ropenorm {
+
+enum class StatusCode : int {
+  kOk = 0,
+  kInvalidArgument = 1,  ///< bad shape, dtype, stride, value, overlap
+  kUnsupported = 2,      ///< well-formed but outside what the library serves
+  kDeviceError = 3,      ///< wrong device, no device, or a CUDA runtime error
+};
+
+/// "ok", "invalid_argument", "unsupported", "device_error".
+const char* status_code_name(StatusCode code);
+
+class Status {
+ public:
+  Status() = default;
+  Status(StatusCode code, std::string message) : code_(code), message_(std::move(message)) {}
+  static Status Ok() { return Status(); }
+
+  bool ok() const { return code_ == StatusCode::kOk; }
+  StatusCode code() const { return code_; }
+  const std::string& message() const { return message_; }
+
+ private:
+  StatusCode code_ = StatusCode::kOk;
+  std::string message_;
+};
+
+}  // namespace ropenorm

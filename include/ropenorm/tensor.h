@@ -1,0 +1,77 @@
+// ropenorm public types: element types, devices, and the non-owning strided tensor view.
+//
+// A TensorRef never owns memory. Sizes and strides are in elements (not bytes), like torch.
+// Every op reads its tensors through these views; the last dimension must be contiguous
+// (stride 1) wherever an op says so, every other stride is free.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+
+namespace ropenorm {
+
+/// Element types understood by the library.
+enum class DType : int { kFloat32 = 0, kFloat16 = 1, kBFloat16 = 2, kInt32 = 3, kInt64 = 4 };
+
+/// Short name of a dtype ("f32", "f16", "bf16", "i32", "i64").
+const char* dtype_name(DType dtype);
+
+/// Size of one element in bytes.
+std::size_t dtype_size(DType dtype);
+
+/// True for the floating-point activation dtypes f32, f16 and bf16.
+bool is_float_dtype(DType dtype);
+
+enum class DeviceType : int { kCPU = 0, kCUDA = 1 };
+
+/// Where a tensor's memory lives: kCPU, or kCUDA with a device ordinal.
+struct Device {
+  DeviceType type = DeviceType::kCUDA;
+  int index = 0;
+  static Device cpu() { return Device{DeviceType::kCPU, 0}; }
+  static Device cuda(int index) { return Device{DeviceType::kCUDA, index}; }
+  bool operator==(const Device& o) const { return type == o.type && index == o.index; }
+  bool operator!=(const Device& o) const { return !(*this == o); }
+};
+
+/// "cpu" or "cuda:N".
+std::string device_name(const Device& device);
+
+constexpr int kMaxDims = 6;
+
+/// A non-owning view of a strided tensor: data pointer, dtype, sizes, strides (elements), device.
+///
+/// A default-constructed TensorRef is "absent" (defined() is false): optional arguments such as
+/// the weight or the saved rstd are passed that way.
+struct TensorRef {
+  void* data = nullptr;
+  DType dtype = DType::kFloat32;
+  int ndim = 0;
+  int64_t sizes[kMaxDims] = {};
+  int64_t strides[kMaxDims] = {};
+  Device device{};
+  bool present = false;
+
+  TensorRef() = default;
+  /// A view with explicit sizes and strides (both in elements, same length).
+  TensorRef(void* data, DType dtype, std::initializer_list<int64_t> sizes,
+            std::initializer_list<int64_t> strides, Device device);
+  /// A contiguous (row-major) view.
+  static TensorRef contiguous(void* data, DType dtype, std::initializer_list<int64_t> sizes,
+                              Device device);
+  /// Same as above, from arrays (for bindings).
+  static TensorRef from_arrays(void* data, DType dtype, int ndim, const int64_t* sizes,
+                               const int64_t* strides, Device device);
+
+  bool defined() const { return present; }
+  int64_t numel() const;
+  /// Size of dim d; negative d counts from the end.
+  int64_t size(int d) const { return sizes[d < 0 ? d + ndim : d]; }
+  int64_t stride(int d) const { return strides[d < 0 ? d + ndim : d]; }
+  /// "[4096, 4096] bf16 strides [4096, 1] cuda:0"
+  std::string describe() const;
+};
+
+}  // namespace ropenorm

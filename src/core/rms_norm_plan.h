@@ -1,0 +1,60 @@
+// Launch planning for the RMSNorm kernels: vector width and path, decided on the host from the
+// row width, the pointers and the strides. The plan never depends on the row count M, so a
+// row's reduction order (and so its bits) is the same whatever M (batch invariance).
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+
+#include "core/row_layout.h"
+#include "ropenorm/tensor.h"
+
+namespace ropenorm::core {
+
+enum class RmsNormPath : int {
+  kWarpPerRow = 0,   ///< one warp per row, several rows per block, shuffle-only reduction
+  kBlockPerRow = 1,  ///< one block per row, row held in registers, block reduction
+  kTwoPass = 2,      ///< rows too wide for registers: sum pass, then re-read and scale
+};
+
+const char* rms_norm_path_name(RmsNormPath path);
+
+/// Vector and scalar access widths the kernels are built for.
+constexpr int kScalarWidth = 1;
+
+/// Widest vector the kernels use for an element of `elem_size` bytes: 16 bytes' worth.
+constexpr int max_vector_width(int elem_size) { return 16 / elem_size; }
+
+/// One tensor's alignment facts: base pointer, element size and its row layout.
+struct AccessFacts {
+  const void* data;
+  int elem_size;
+  RowLayout rows;
+};
+
+/// Width V (in elements) usable for every access: max_vector_width(elem_size of x) if N % V == 0
+/// and every tensor's base is aligned to min(16, V * elem_size) bytes and every row stride is a
+/// multiple of V; otherwise the scalar width 1.
+int rms_norm_vector_width(int64_t n, int x_elem_size, std::initializer_list<AccessFacts> tensors);
+
+struct RmsNormPlan {
+  RmsNormPath path = RmsNormPath::kBlockPerRow;
+  int vec = 1;             ///< elements per vector access
+  int vpt = 1;             ///< vectors per thread (register-resident paths)
+  int threads = 32;        ///< threads per row (32 for kWarpPerRow)
+  int rows_per_block = 1;  ///< kWarpPerRow only
+};
+
+/// Largest number of vectors per thread the register-resident kernels are built for.
+constexpr int kMaxVpt = 8;
+/// Largest fp32 values per thread kept in registers (vec * vpt).
+constexpr int kMaxRegElems = 32;
+/// Warp path serves rows of at most this many vectors (4 per lane).
+constexpr int kWarpMaxVectors = 128;
+/// Threads per row on the two-pass path.
+constexpr int kTwoPassThreads = 1024;
+
+/// Plan for rows of width n at vector width vec (from rms_norm_vector_width).
+RmsNormPlan plan_rms_norm(int64_t n, int vec);
+
+}  // namespace ropenorm::core

@@ -1,0 +1,140 @@
+// Device-side element types: the C++ type of each DType, conversions to and from fp32 (one
+// round-to-nearest-even per conversion), and vector loads/stores of V consecutive elements.
+//
+// Ownership: these are per-thread helpers; the thread that calls them owns the V elements it
+// loads or stores. Vector accesses are split into 16-byte transactions; callers guarantee the
+// alignment the launcher checked (min(16, V * sizeof(T)) bytes).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "ropenorm/tensor.h"
+
+namespace ropenorm::cuda {
+
+using bf16 = __nv_bfloat16;
+using f16 = __half;
+
+template <typename T>
+struct DTypeOf;
+template <>
+struct DTypeOf<float> {
+  static constexpr DType value = DType::kFloat32;
+};
+template <>
+struct DTypeOf<f16> {
+  static constexpr DType value = DType::kFloat16;
+};
+template <>
+struct DTypeOf<bf16> {
+  static constexpr DType value = DType::kBFloat16;
+};
+
+__device__ __forceinline__ float to_float(float v) { return v; }
+__device__ __forceinline__ float to_float(f16 v) { return __half2float(v); }
+__device__ __forceinline__ float to_float(bf16 v) { return __bfloat162float(v); }
+
+template <typename T>
+__device__ __forceinline__ T from_float(float v);
+template <>
+__device__ __forceinline__ float from_float<float>(float v) {
+  return v;
+}
+template <>
+__device__ __forceinline__ f16 from_float<f16>(float v) {
+  return __float2half_rn(v);
+}
+template <>
+__device__ __forceinline__ bf16 from_float<bf16>(float v) {
+  return __float2bfloat16_rn(v);
+}
+
+/// Round an fp32 value to T and back: the value a T tensor would hold.
+template <typename T>
+__device__ __forceinline__ float round_through(float v) {
+  return to_float(from_float<T>(v));
+}
+
+/// V consecutive elements of T, aligned for vector access.
+template <typename T, int V>
+struct alignas(sizeof(T) * V <= 16 ? sizeof(T) * V : 16) Pack {
+  T v[V];
+};
+
+/// Load V elements of T starting at p (aligned) and widen to fp32.
+template <typename T, int V>
+__device__ __forceinline__ void load_pack(const T* p, float (&out)[V]) {
+  constexpr int kPerChunk = (16 / sizeof(T)) < V ? (16 / sizeof(T)) : V;
+  constexpr int kChunks = V / kPerChunk;
+#pragma unroll
+  for (int c = 0; c < kChunks; ++c) {
+    Pack<T, kPerChunk> pk = *reinterpret_cast<const Pack<T, kPerChunk>*>(p + c * kPerChunk);
+#pragma unroll
+    for (int i = 0; i < kPerChunk; ++i) out[c * kPerChunk + i] = to_float(pk.v[i]);
+  }
+}
+
+/// Load V elements of T without widening (keeps the stored bits).
+template <typename T, int V>
+__device__ __forceinline__ void load_raw(const T* p, T (&out)[V]) {
+  constexpr int kPerChunk = (16 / sizeof(T)) < V ? (16 / sizeof(T)) : V;
+  constexpr int kChunks = V / kPerChunk;
+#pragma unroll
+  for (int c = 0; c < kChunks; ++c) {
+    Pack<T, kPerChunk> pk = *reinterpret_cast<const Pack<T, kPerChunk>*>(p + c * kPerChunk);
+#pragma unroll
+    for (int i = 0; i < kPerChunk; ++i) out[c * kPerChunk + i] = pk.v[i];
+  }
+}
+
+/// Narrow V fp32 values to T (one rounding each) and store at p (aligned).
+template <typename T, int V>
+__device__ __forceinline__ void store_pack(T* p, const float (&in)[V]) {
+  constexpr int kPerChunk = (16 / sizeof(T)) < V ? (16 / sizeof(T)) : V;
+  constexpr int kChunks = V / kPerChunk;
+#pragma unroll
+  for (int c = 0; c < kChunks; ++c) {
+    Pack<T, kPerChunk> pk;
+#pragma unroll
+    for (int i = 0; i < kPerChunk; ++i) pk.v[i] = from_float<T>(in[c * kPerChunk + i]);
+    *reinterpret_cast<Pack<T, kPerChunk>*>(p + c * kPerChunk) = pk;
+  }
+}
+
+/// Load V elements of a tensor whose dtype is known only at run time (uniform branch).
+template <int V>
+__device__ __forceinline__ void load_pack_dyn(const void* base, DType dt, int64_t off,
+                                              float (&out)[V]) {
+  if (dt == DType::kBFloat16) {
+    load_pack<bf16, V>(static_cast<const bf16*>(base) + off, out);
+  } else if (dt == DType::kFloat16) {
+    load_pack<f16, V>(static_cast<const f16*>(base) + off, out);
+  } else {
+    load_pack<float, V>(static_cast<const float*>(base) + off, out);
+  }
+}
+
+/// Store V fp32 values into a tensor whose dtype is known only at run time (uniform branch).
+template <int V>
+__device__ __forceinline__ void store_pack_dyn(void* base, DType dt, int64_t off,
+                                               const float (&in)[V]) {
+  if (dt == DType::kBFloat16) {
+    store_pack<bf16, V>(static_cast<bf16*>(base) + off, in);
+  } else if (dt == DType::kFloat16) {
+    store_pack<f16, V>(static_cast<f16*>(base) + off, in);
+  } else {
+    store_pack<float, V>(static_cast<float*>(base) + off, in);
+  }
+}
+
+/// Round fp32 values to a run-time dtype and back (the value such a tensor would hold).
+__device__ __forceinline__ float round_through_dyn(float v, DType dt) {
+  if (dt == DType::kBFloat16) return round_through<bf16>(v);
+  if (dt == DType::kFloat16) return round_through<f16>(v);
+  return v;
+}
+
+}  // namespace ropenorm::cuda

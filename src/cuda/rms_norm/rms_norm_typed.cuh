@@ -1,0 +1,100 @@
+// Per-dtype launch of the RMSNorm kernels: picks the kernel instantiation for a plan (vector
+// width, vectors per thread, path) and launches it on the caller's stream. Included by exactly
+// one .cu per input dtype, which instantiates it; the launcher calls it through dispatch.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "core/rms_norm_plan.h"
+#include "cuda/rms_norm/rms_norm_kernels.cuh"
+#include "cuda/rms_norm/rms_norm_typed.h"
+#include "ropenorm/status.h"
+
+namespace ropenorm::cuda {
+
+namespace detail {
+
+constexpr int64_t kMaxGrid = int64_t{1} << 30;
+
+inline Status bad_plan(const char* what, int value) {
+  return Status(StatusCode::kUnsupported,
+                std::string("rms_norm: no kernel for ") + what + " " + std::to_string(value));
+}
+
+template <typename Tx, typename Tr, int V, bool kWarp>
+Status launch_rows(const RmsNormKernelArgs& a, const core::RmsNormPlan& p, cudaStream_t s) {
+  const int64_t rows_per_block = kWarp ? p.rows_per_block : 1;
+  int64_t grid = (a.m + rows_per_block - 1) / rows_per_block;
+  if (grid > kMaxGrid) grid = kMaxGrid;
+  const dim3 block = kWarp ? dim3(32, p.rows_per_block) : dim3(p.threads);
+  switch (p.vpt) {
+    case 1:
+      rms_norm_rows_kernel<Tx, Tr, V, 1, kWarp><<<grid, block, 0, s>>>(a);
+      break;
+    case 2:
+      rms_norm_rows_kernel<Tx, Tr, V, 2, kWarp><<<grid, block, 0, s>>>(a);
+      break;
+    case 4:
+      rms_norm_rows_kernel<Tx, Tr, V, 4, kWarp><<<grid, block, 0, s>>>(a);
+      break;
+    case 8:
+      if constexpr (!kWarp && V * 8 <= core::kMaxRegElems) {
+        rms_norm_rows_kernel<Tx, Tr, V, 8, kWarp><<<grid, block, 0, s>>>(a);
+        break;
+      }
+      return bad_plan("vectors per thread", p.vpt);
+    default:
+      return bad_plan("vectors per thread", p.vpt);
+  }
+  return Status::Ok();
+}
+
+template <typename Tx, typename Tr, int V>
+Status launch_path(const RmsNormKernelArgs& a, const core::RmsNormPlan& p, cudaStream_t s) {
+  switch (p.path) {
+    case core::RmsNormPath::kWarpPerRow:
+      return launch_rows<Tx, Tr, V, true>(a, p, s);
+    case core::RmsNormPath::kBlockPerRow:
+      return launch_rows<Tx, Tr, V, false>(a, p, s);
+    case core::RmsNormPath::kTwoPass: {
+      int64_t grid = a.m < kMaxGrid ? a.m : kMaxGrid;
+      rms_norm_two_pass_kernel<Tx, Tr, V><<<grid, p.threads, 0, s>>>(a);
+      return Status::Ok();
+    }
+  }
+  return bad_plan("path", static_cast<int>(p.path));
+}
+
+}  // namespace detail
+
+template <typename Tx, typename Tr>
+Status launch_rms_norm_typed(const RmsNormKernelArgs& a, const core::RmsNormPlan& plan,
+                             cudaStream_t stream) {
+  constexpr int kVec = core::max_vector_width(sizeof(Tx));
+  Status st;
+  switch (plan.vec) {
+    case kVec:
+      st = detail::launch_path<Tx, Tr, kVec>(a, plan, stream);
+      break;
+    case core::kScalarWidth:
+      st = detail::launch_path<Tx, Tr, core::kScalarWidth>(a, plan, stream);
+      break;
+    default:
+      return detail::bad_plan("vector width", plan.vec);
+  }
+  if (!st.ok()) return st;
+  const cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) {
+    return Status(StatusCode::kDeviceError,
+                  std::string("rms_norm: kernel launch failed: ") + cudaGetErrorString(err));
+  }
+  return Status::Ok();
+}
+
+#define ROPENORM_INSTANTIATE_RMS_NORM(Tx, Tr)                                             \
+  template Status launch_rms_norm_typed<Tx, Tr>(const RmsNormKernelArgs&,                 \
+                                                const core::RmsNormPlan&, cudaStream_t);
+
+}  // namespace ropenorm::cuda

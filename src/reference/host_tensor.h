@@ -1,0 +1,34 @@
+// Host-side test tensors: raw storage in any float dtype, element access as double, fresh
+// random fills, and copies to and from device buffers. Shared by the tests and the command-line verifier.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "ropenorm/tensor.h"
+
+namespace ropenorm::ref {
+
+/// Raw elements of one dtype in host memory.
+struct HostTensor {
+  DType dtype = DType::kFloat32;
+  std::vector<unsigned char> bytes;
+
+  HostTensor() = default;
+  HostTensor(DType dt, int64_t numel) : dtype(dt), bytes(static_cast<size_t>(numel) * dtype_size(dt)) {}
+  int64_t numel() const { return static_cast<int64_t>(bytes.size() / dtype_size(dtype)); }
+  /// Exact value of element i.
+  double get(int64_t i) const;
+  /// Stores v rounded (to nearest even) to the dtype.
+  void set(int64_t i, double v);
+  /// Raw bit pattern of element i (zero-extended), for bitwise comparisons.
+  uint64_t bits(int64_t i) const;
+  bool is_nan(int64_t i) const;
+};
+
+/// Fills with values drawn from N(0, scale^2), rounded to the dtype.
+void fill_normal(HostTensor& t, std::mt19937_64& rng, double scale = 1.0);
+
+}  // namespace ropenorm::ref

@@ -1,0 +1,91 @@
+// The tolerance table and the ulp error measure (see tolerance.h).
+#include "reference/tolerance.h"
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "reference/host_float.h"
+
+namespace ropenorm::ref {
+
+namespace {
+
+constexpr Rounding kE = Rounding::kExact;
+constexpr Rounding kH = Rounding::kHfLlama;
+
+// 16-bit exact outputs: the fp32 computation is ~1e-6 relative, far inside half a bf16/f16 ulp,
+// so one rounding lands on the correctly rounded value or, at a near-tie, its neighbour: 1 ulp.
+// f32 outputs: the fp32 sum of squares carries a few ulps of rounding per level of the reduction
+// tree and per sequential term (up to a few hundred terms per thread on the widest rows): 64.
+// hf_llama: the intermediate rounding to the norm input's dtype can land one ulp apart at a tie,
+// which the weight multiply carries into the output: 2 ulps for 16-bit outputs.
+// residual_out: the add is reproduced bit for bit (fp32 sum, one rounding): 0.
+const ToleranceEntry kTable[] = {
+    {"rms_norm", "y", DType::kBFloat16, kE, 1.0, "one rounding of an fp32 result"},
+    {"rms_norm", "y", DType::kFloat16, kE, 1.0, "one rounding of an fp32 result"},
+    {"rms_norm", "y", DType::kFloat32, kE, 64.0, "fp32 reduction error"},
+    {"rms_norm", "y", DType::kBFloat16, kH, 2.0, "intermediate rounding to x's dtype at ties"},
+    {"rms_norm", "y", DType::kFloat16, kH, 2.0, "intermediate rounding to x's dtype at ties"},
+    {"rms_norm", "y", DType::kFloat32, kH, 64.0, "fp32 reduction error"},
+    {"rms_norm", "rstd", DType::kFloat32, kE, 64.0, "fp32 reduction error"},
+    {"rms_norm", "rstd", DType::kFloat32, kH, 64.0, "fp32 reduction error"},
+    {"add_rms_norm", "residual_out", DType::kBFloat16, kE, 0.0, "bitwise: fp32 add, one rounding"},
+    {"add_rms_norm", "residual_out", DType::kFloat16, kE, 0.0, "bitwise: fp32 add, one rounding"},
+    {"add_rms_norm", "residual_out", DType::kFloat32, kE, 0.0, "bitwise: fp32 add"},
+    {"add_rms_norm", "residual_out", DType::kBFloat16, kH, 0.0, "bitwise: fp32 add, one rounding"},
+    {"add_rms_norm", "residual_out", DType::kFloat16, kH, 0.0, "bitwise: fp32 add, one rounding"},
+    {"add_rms_norm", "residual_out", DType::kFloat32, kH, 0.0, "bitwise: fp32 add"},
+};
+
+}  // namespace
+
+double tolerance_ulp(const std::string& op, const std::string& output, DType dtype,
+                     Rounding rounding) {
+  // The fused op's y and rstd follow rms_norm's rows.
+  const std::string base = (op == "add_rms_norm" && output != "residual_out") ? "rms_norm" : op;
+  for (const ToleranceEntry& e : kTable) {
+    if (base == e.op && output == e.output && dtype == e.dtype && rounding == e.rounding) {
+      return e.max_ulp;
+    }
+  }
+  return -1.0;
+}
+
+const ToleranceEntry* tolerance_table(int* count) {
+  *count = static_cast<int>(sizeof(kTable) / sizeof(kTable[0]));
+  return kTable;
+}
+
+void ErrorStats::add(double got, double ref, DType dtype, int64_t index) {
+  ++count;
+  const double rounded = round_to_dtype(ref, dtype);
+  double err;
+  if (std::isnan(rounded) || std::isnan(got)) {
+    err = (std::isnan(rounded) && std::isnan(got)) ? 0.0 : std::numeric_limits<double>::infinity();
+  } else if (std::isinf(rounded) || std::isinf(got)) {
+    err = (got == rounded) ? 0.0 : std::numeric_limits<double>::infinity();
+  } else {
+    err = std::fabs(got - rounded) / ulp_of(rounded, dtype);
+  }
+  if (err == 0.0) ++exact;
+  if (worst_index < 0 || err > max_ulp) {
+    max_ulp = err;
+    worst_index = index;
+    worst_got = got;
+    worst_ref = ref;
+  }
+}
+
+void ErrorStats::merge(const ErrorStats& o) {
+  if (o.worst_index >= 0 && (worst_index < 0 || o.max_ulp > max_ulp)) {
+    max_ulp = o.max_ulp;
+    worst_index = o.worst_index;
+    worst_got = o.worst_got;
+    worst_ref = o.worst_ref;
+  }
+  count += o.count;
+  exact += o.exact;
+}
+
+}  // namespace ropenorm::ref

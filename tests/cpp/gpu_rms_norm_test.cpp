@@ -1,0 +1,300 @@
+// GPU tests of rms_norm and add_rms_norm against the float64 oracle: the failure matrix of
+// widths, row counts, dtypes, special rows, eps bounds, strided and misaligned views, in-place
+// forms; plus row isolation and batch invariance (bitwise).
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "gpu_util.h"
+#include "verify/rms_norm_case.h"
+
+namespace ropenorm {
+namespace {
+
+using verify::Fill;
+using verify::RmsNormCase;
+
+void expect_pass(const RmsNormCase& c) {
+  const auto in = verify::make_inputs(c);
+  const auto out = verify::run_case(c, in);
+  EXPECT_TRUE(out.status.ok()) << out.status.message();
+  EXPECT_TRUE(out.passed) << out.summary;
+}
+
+const DType kFloatTypes[] = {DType::kFloat32, DType::kFloat16, DType::kBFloat16};
+const int64_t kWidths[] = {1,    2,    3,    31,   70,    127,   255,   256,  769,
+                           3584, 4095, 5120, 8199, 16384, 65536, 65537, 262144};
+
+int64_t rows_for(int64_t n) {
+  if (n <= 256) return 989;
+  if (n <= 8199) return 19;
+  return 3;
+}
+
+TEST(GpuRmsNorm, WidthMatrixEveryDtype) {
+  ROPENORM_REQUIRE_GPU();
+  uint64_t seed = 1;
+  for (DType dt : kFloatTypes) {
+    for (int64_t n : kWidths) {
+      RmsNormCase c;
+      c.m = rows_for(n);
+      c.n = n;
+      c.x_dtype = c.w_dtype = c.y_dtype = dt;
+      c.seed = seed++;
+      expect_pass(c);
+    }
+  }
+}
+
+TEST(GpuRmsNorm, RowCounts) {
+  ROPENORM_REQUIRE_GPU();
+  for (int64_t m : {1, 7, 19, 989, 65537}) {
+    for (int64_t n : {64, 4096}) {
+      if (m == 65537 && n == 4096) continue;  // the large tier covers big M at big N
+      RmsNormCase c;
+      c.m = m;
+      c.n = n;
+      c.seed = static_cast<uint64_t>(m * 31 + n);
+      expect_pass(c);
+    }
+  }
+}
+
+TEST(GpuRmsNorm, MixedDtypesNoWeightOffsetRounding) {
+  ROPENORM_REQUIRE_GPU();
+  uint64_t seed = 100;
+  for (DType x : kFloatTypes) {
+    for (DType w : kFloatTypes) {
+      for (DType y : kFloatTypes) {
+        for (int64_t n : {70, 4096, 4095}) {
+          RmsNormCase c;
+          c.m = 7;
+          c.n = n;
+          c.x_dtype = x;
+          c.w_dtype = w;
+          c.y_dtype = y;
+          c.seed = seed++;
+          expect_pass(c);
+          c.params.rounding = Rounding::kHfLlama;
+          expect_pass(c);
+          c.params.rounding = Rounding::kExact;
+          c.params.weight_offset = 1.0f;  // Gemma
+          expect_pass(c);
+        }
+      }
+    }
+    RmsNormCase c;
+    c.m = 19;
+    c.n = 3584;
+    c.x_dtype = c.y_dtype = x;
+    c.has_weight = false;
+    expect_pass(c);
+    c.save_rstd = false;
+    expect_pass(c);
+  }
+}
+
+TEST(GpuRmsNorm, SpecialRows) {
+  ROPENORM_REQUIRE_GPU();
+  for (DType dt : kFloatTypes) {
+    for (Fill f : {Fill::kZero, Fill::kConstant, Fill::kAlternating, Fill::kExtreme,
+                   Fill::kNearMax, Fill::kSubnormal}) {
+      for (int64_t n : {31, 4096, 5120}) {
+        RmsNormCase c;
+        c.m = 7;
+        c.n = n;
+        c.x_dtype = c.w_dtype = c.y_dtype = dt;
+        c.fill = f;
+        c.seed = static_cast<uint64_t>(n) * 7 + static_cast<uint64_t>(f);
+        expect_pass(c);
+        c.params.eps = 1e-12f;
+        expect_pass(c);
+        c.params.eps = 1e-2f;
+        expect_pass(c);
+      }
+    }
+  }
+}
+
+TEST(GpuRmsNorm, ConstantRowGivesWeight) {
+  ROPENORM_REQUIRE_GPU();
+  RmsNormCase c;
+  c.m = 5;
+  c.n = 4096;
+  c.x_dtype = c.w_dtype = c.y_dtype = DType::kFloat32;
+  c.fill = Fill::kConstant;
+  c.params.eps = 1e-12f;
+  const auto in = verify::make_inputs(c);
+  const auto out = verify::run_case(c, in);
+  ASSERT_TRUE(out.passed) << out.summary;
+  for (int64_t r = 0; r < c.m; ++r) {
+    const double sign = in.x.get(r * c.n) < 0 ? -1.0 : 1.0;
+    for (int64_t j = 0; j < c.n; ++j) {
+      EXPECT_NEAR(out.y_out.get(r * c.n + j), sign * in.weight.get(j), 1e-5) << r << "," << j;
+    }
+  }
+}
+
+TEST(GpuRmsNorm, StridedMisalignedAnd3dViews) {
+  ROPENORM_REQUIRE_GPU();
+  uint64_t seed = 500;
+  for (DType dt : kFloatTypes) {
+    for (int64_t n : {8, 70, 4096, 4095, 8192, 65536}) {
+      for (int pad : {0, 3, 8}) {
+        for (int off : {0, 1}) {
+          RmsNormCase c;
+          c.m = n > 8192 ? 3 : 19;
+          c.n = n;
+          c.x_dtype = c.w_dtype = c.y_dtype = dt;
+          c.pitch_pad = pad;
+          c.storage_offset = off;
+          c.seed = seed++;
+          expect_pass(c);
+        }
+      }
+      RmsNormCase c;
+      c.m = 12;
+      c.n = n;
+      c.x_dtype = c.w_dtype = c.y_dtype = dt;
+      c.batch = 3;  // [3, 4, n] stored sequence-major: leading dims do not collapse
+      c.pitch_pad = 8;
+      c.seed = seed++;
+      expect_pass(c);
+    }
+  }
+}
+
+TEST(GpuRmsNorm, InPlace) {
+  ROPENORM_REQUIRE_GPU();
+  for (DType dt : kFloatTypes) {
+    for (int64_t n : {31, 4096, 4095, 65536}) {
+      RmsNormCase c;
+      c.m = 7;
+      c.n = n;
+      c.x_dtype = c.w_dtype = c.y_dtype = dt;
+      c.in_place = true;
+      c.seed = static_cast<uint64_t>(n) + 9;
+      expect_pass(c);
+    }
+  }
+}
+
+TEST(GpuAddRmsNorm, Matrix) {
+  ROPENORM_REQUIRE_GPU();
+  uint64_t seed = 900;
+  for (DType dt : kFloatTypes) {
+    for (DType res : {dt, DType::kFloat32}) {
+      for (int64_t n : {1, 3, 70, 256, 4095, 4096, 8199, 65536}) {
+        for (bool in_place : {false, true}) {
+          RmsNormCase c;
+          c.fused = true;
+          c.m = rows_for(n);
+          c.n = n;
+          c.x_dtype = c.w_dtype = c.y_dtype = dt;
+          c.res_dtype = res;
+          c.in_place = in_place;
+          c.seed = seed++;
+          expect_pass(c);
+          c.params.rounding = Rounding::kHfLlama;
+          expect_pass(c);
+        }
+      }
+      RmsNormCase c;
+      c.fused = true;
+      c.m = 19;
+      c.n = 4096;
+      c.x_dtype = c.y_dtype = dt;
+      c.res_dtype = res;
+      c.w_dtype = DType::kFloat32;
+      c.pitch_pad = 3;
+      c.storage_offset = 1;
+      c.seed = seed++;
+      expect_pass(c);
+      c.fill = Fill::kZero;
+      expect_pass(c);
+    }
+  }
+}
+
+// Changing row j must not change any other row, bit for bit.
+TEST(GpuRmsNorm, RowIsolation) {
+  ROPENORM_REQUIRE_GPU();
+  for (bool fused : {false, true}) {
+    for (int64_t n : {64, 4096, 4095, 65536}) {
+      RmsNormCase c;
+      c.fused = fused;
+      c.m = 9;
+      c.n = n;
+      c.seed = static_cast<uint64_t>(n) + (fused ? 1 : 0);
+      auto in = verify::make_inputs(c);
+      const auto a = verify::run_case(c, in);
+      ASSERT_TRUE(a.passed) << a.summary;
+      const int64_t j = 4;
+      for (int64_t k = 0; k < n; ++k) in.x.set(j * n + k, in.x.get(j * n + k) * -3.0 + 0.5);
+      const auto b = verify::run_case(c, in);
+      ASSERT_TRUE(b.passed) << b.summary;
+      for (int64_t r = 0; r < c.m; ++r) {
+        if (r == j) continue;
+        for (int64_t k = 0; k < n; ++k) {
+          ASSERT_EQ(a.y_out.bits(r * n + k), b.y_out.bits(r * n + k)) << "row " << r << " col " << k;
+        }
+        ASSERT_EQ(a.rstd_out.bits(r), b.rstd_out.bits(r)) << "rstd row " << r;
+      }
+    }
+  }
+}
+
+// A row's output is bitwise the same whatever the number of rows in the call.
+TEST(GpuRmsNorm, BatchInvariance) {
+  ROPENORM_REQUIRE_GPU();
+  for (bool fused : {false, true}) {
+    for (int64_t n : {64, 4096, 4095, 8192, 65536}) {
+      std::vector<std::vector<uint64_t>> first_rows;
+      for (int64_t m : {1, 255, 256, 4096}) {
+        if (n >= 65536 && m > 256) continue;
+        RmsNormCase c;
+        c.fused = fused;
+        c.m = m;
+        c.n = n;
+        c.seed = static_cast<uint64_t>(m) * 1000 + static_cast<uint64_t>(n);
+        auto in = verify::make_inputs(c);
+        // Row 0 (and the weight) identical across M.
+        RmsNormCase c1 = c;
+        c1.m = 1;
+        c1.seed = 77;
+        const auto in1 = verify::make_inputs(c1);
+        for (int64_t k = 0; k < n; ++k) {
+          in.x.set(k, in1.x.get(k));
+          if (fused) in.residual.set(k, in1.residual.get(k));
+          in.weight.set(k, in1.weight.get(k));
+        }
+        const auto out = verify::run_case(c, in);
+        ASSERT_TRUE(out.passed) << out.summary;
+        std::vector<uint64_t> row(n + 1);
+        for (int64_t k = 0; k < n; ++k) row[k] = out.y_out.bits(k);
+        row[n] = out.rstd_out.bits(0);
+        first_rows.push_back(row);
+      }
+      for (size_t i = 1; i < first_rows.size(); ++i) {
+        ASSERT_EQ(first_rows[0], first_rows[i]) << "n=" << n << " run " << i;
+      }
+    }
+  }
+}
+
+TEST(GpuRmsNorm, ZeroSizeIsNoOp) {
+  ROPENORM_REQUIRE_GPU();
+  for (int64_t m : {0, 3}) {
+    RmsNormCase c;
+    c.m = m;
+    c.n = m == 0 ? 4096 : 0;
+    c.has_weight = m == 0;
+    const auto out = verify::run_case(c, verify::make_inputs(c));
+    EXPECT_TRUE(out.status.ok()) << out.status.message();
+    EXPECT_EQ(out.pad_written, 0);
+  }
+}
+
+}  // namespace
+}  // namespace ropenorm

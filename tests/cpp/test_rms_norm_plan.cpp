@@ -1,0 +1,112 @@
+// Dispatch decisions of the RMSNorm launcher: vector width from N, pointers and strides; path
+// and threads from N only (never from M, which keeps results batch invariant).
+#include <gtest/gtest.h>
+
+#include <cstdint>
+
+#include "core/rms_norm_plan.h"
+#include "core/row_layout.h"
+
+namespace ropenorm::core {
+namespace {
+
+RowLayout rows(int64_t stride) {
+  RowLayout r;
+  r.nd = 1;
+  r.sizes[0] = 16;
+  r.strides[0] = stride;
+  return r;
+}
+
+alignas(16) unsigned char g_buf[1 << 12];
+
+TEST(CpuRmsNormPlan, VectorWidth) {
+  const void* a = g_buf;
+  const void* a2 = g_buf + 2;
+  EXPECT_EQ(rms_norm_vector_width(4096, 2, {{a, 2, rows(4096)}}), 8);
+  EXPECT_EQ(rms_norm_vector_width(4096, 4, {{a, 4, rows(4096)}}), 4);
+  EXPECT_EQ(rms_norm_vector_width(4095, 2, {{a, 2, rows(4095)}}), 1);   // N odd
+  EXPECT_EQ(rms_norm_vector_width(4096, 2, {{a2, 2, rows(4096)}}), 1);  // storage offset 1
+  EXPECT_EQ(rms_norm_vector_width(4096, 2, {{a, 2, rows(4100)}}), 1);   // stride % 8 != 0
+  EXPECT_EQ(rms_norm_vector_width(4096, 2, {{a, 2, rows(4104)}}), 8);   // padded stride ok
+  EXPECT_EQ(rms_norm_vector_width(70, 2, {{a, 2, rows(70)}}), 1);       // N % 8 != 0
+  // bf16 x with an f32 weight: 8 elements = 32 bytes, needs 16-byte alignment of the weight.
+  EXPECT_EQ(rms_norm_vector_width(4096, 2, {{a, 2, rows(4096)}, {g_buf + 16, 4, RowLayout{}}}), 8);
+  EXPECT_EQ(rms_norm_vector_width(4096, 2, {{a, 2, rows(4096)}, {g_buf + 8, 4, RowLayout{}}}), 1);
+  // An absent tensor (null) does not constrain.
+  EXPECT_EQ(rms_norm_vector_width(4096, 2, {{a, 2, rows(4096)}, {nullptr, 2, rows(3)}}), 8);
+}
+
+TEST(CpuRmsNormPlan, PathsAndThreads) {
+  // Small rows: warp per row.
+  auto p = plan_rms_norm(64, 8);
+  EXPECT_EQ(p.path, RmsNormPath::kWarpPerRow);
+  EXPECT_EQ(p.vpt, 1);
+  p = plan_rms_norm(1024, 8);  // 128 vectors
+  EXPECT_EQ(p.path, RmsNormPath::kWarpPerRow);
+  EXPECT_EQ(p.vpt, 4);
+  p = plan_rms_norm(127, 1);
+  EXPECT_EQ(p.path, RmsNormPath::kWarpPerRow);
+  // Mid rows: block per row, registers.
+  p = plan_rms_norm(4096, 8);  // 512 vectors
+  EXPECT_EQ(p.path, RmsNormPath::kBlockPerRow);
+  EXPECT_EQ(p.vpt, 2);
+  EXPECT_EQ(p.threads, 256);
+  p = plan_rms_norm(8192, 8);
+  EXPECT_EQ(p.vpt, 4);
+  EXPECT_EQ(p.threads, 256);
+  p = plan_rms_norm(4095, 1);
+  EXPECT_EQ(p.path, RmsNormPath::kBlockPerRow);
+  EXPECT_EQ(p.vpt, 8);
+  EXPECT_EQ(p.threads, 512);
+  EXPECT_GE(static_cast<int64_t>(p.threads) * p.vpt * p.vec, 4095);
+  // Wide rows beyond the register budget: two passes.
+  p = plan_rms_norm(32768, 8);  // 4096 vectors: 1024 threads x 4
+  EXPECT_EQ(p.path, RmsNormPath::kBlockPerRow);
+  EXPECT_EQ(p.threads, 1024);
+  p = plan_rms_norm(65536, 8);
+  EXPECT_EQ(p.path, RmsNormPath::kTwoPass);
+  p = plan_rms_norm(262144, 8);
+  EXPECT_EQ(p.path, RmsNormPath::kTwoPass);
+  p = plan_rms_norm(8199, 1);
+  EXPECT_EQ(p.path, RmsNormPath::kTwoPass);
+}
+
+TEST(CpuRmsNormPlan, EveryRegisterPlanCoversTheRow) {
+  for (int vec : {1, 4, 8}) {
+    for (int64_t n = vec; n <= 40000; n += vec * 37) {
+      const auto p = plan_rms_norm(n, vec);
+      if (p.path == RmsNormPath::kTwoPass) continue;
+      EXPECT_LE(p.vpt * vec, kMaxRegElems) << n;
+      EXPECT_LE(p.threads, 1024) << n;
+      EXPECT_EQ(p.threads % 32, 0) << n;
+      EXPECT_GE(static_cast<int64_t>(p.threads) * p.vpt * vec, n) << n;
+    }
+  }
+}
+
+TEST(CpuRowLayout, CollapsesContiguousLeadingDims) {
+  int dummy;
+  // [2, 3, 8] contiguous: one row dim of 6, stride 8.
+  auto t = TensorRef::contiguous(&dummy, DType::kBFloat16, {2, 3, 8}, Device::cuda(0));
+  auto r = make_row_layout(t);
+  ASSERT_EQ(r.nd, 1);
+  EXPECT_EQ(r.sizes[0], 6);
+  EXPECT_EQ(r.strides[0], 8);
+  EXPECT_EQ(r.offset(5), 40);
+  // [B=2, S=3, H=8] stored sequence-major (strides [8, 16, 1]): two dims.
+  t = TensorRef(&dummy, DType::kBFloat16, {2, 3, 8}, {8, 16, 1}, Device::cuda(0));
+  r = make_row_layout(t);
+  ASSERT_EQ(r.nd, 2);
+  EXPECT_EQ(r.offset(0), 0);
+  EXPECT_EQ(r.offset(1), 16);  // b=0, s=1
+  EXPECT_EQ(r.offset(3), 8);   // b=1, s=0
+  EXPECT_EQ(r.offset(5), 8 + 32);
+  // 1-D tensor: a single row.
+  t = TensorRef::contiguous(&dummy, DType::kBFloat16, {8}, Device::cuda(0));
+  EXPECT_EQ(make_row_layout(t).nd, 0);
+  EXPECT_EQ(row_count(t), 1);
+}
+
+}  // namespace
+}  // namespace ropenorm::core

@@ -1,0 +1,35 @@
+// Timing on the device: copy-bandwidth ceiling, cold-L2 CUDA-event medians, CUDA-graph replay.
+//
+// Every launch callback enqueues on the stream it is given and returns its Status; timings are
+// the launch's device time only (events bracket it; the L2 flush sits outside the events).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <functional>
+
+#include "ropenorm/status.h"
+
+namespace ropenorm::bench {
+
+struct TimingStats {
+  double median_us = 0, min_us = 0, max_us = 0;
+  int samples = 0;
+};
+
+using Launch = std::function<Status(cudaStream_t)>;
+
+/// Device-to-device copy bandwidth, counting bytes read plus bytes written, in GB/s (median of
+/// `reps` copies of `bytes`).
+double measure_copy_gbps(size_t bytes, int reps, cudaStream_t stream);
+
+/// Median device time of `launch` with the L2 flushed (a memset of twice the L2 size) before
+/// every sample.
+Status time_cold_l2(const Launch& launch, int reps, cudaStream_t stream, TimingStats* out);
+
+/// Per-launch device time from replays of a CUDA graph holding `per_graph` launches: median of
+/// `reps` replays divided by per_graph. Inputs stay warm in L2 (the decode regime).
+Status time_graph(const Launch& launch, int per_graph, int reps, cudaStream_t stream,
+                  TimingStats* out);
+
+}  // namespace ropenorm::bench

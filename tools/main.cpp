@@ -1,0 +1,144 @@
+// ropenorm command-line program.
+//   ropenorm info                 device, driver, CUDA runtime
+//   ropenorm verify [--quick]     every kernel against the float64 oracle on the standard shapes
+//   ropenorm bench  [--quick]     verify, then time against the unfused baseline; copy-bandwidth
+//                                 ceiling measured in the same run; JSON + CSV receipts
+// Without a GPU, verify and bench say so, run the oracle's self-checks, and exit 0.
+#include <CLI/CLI.hpp>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "bench_rms_norm.h"
+#include "bench_timing.h"
+#include "device_info.h"
+#include "receipt.h"
+#include "reference/rms_norm_ref.h"
+
+namespace {
+
+using namespace ropenorm;
+
+// Hand-computable oracle cases (the seed notebook's smoke test and a row with r = 1/sqrt(8)).
+int oracle_self_checks() {
+  int failures = 0;
+  std::vector<double> x(8, 3.0), w(8), y(8);
+  for (int i = 0; i < 8; ++i) w[i] = 0.5 + i / 7.0;
+  ref::rms_norm_row_ref(x.data(), w.data(), 8, 1e-12, 0.0, Rounding::kExact, DType::kFloat32,
+                        y.data(), nullptr);
+  double err = 0;
+  for (int i = 0; i < 8; ++i) err = std::fmax(err, std::fabs(y[i] - w[i]));
+  std::printf("  oracle: constant row 3.0 gives the weight: max |y - w| = %.3g  %s\n", err,
+              err < 1e-12 ? "PASS" : "FAIL");
+  failures += err < 1e-12 ? 0 : 1;
+  std::vector<double> x2 = {1, 2, 3, 4}, y2(4);
+  double r = 0;
+  ref::rms_norm_row_ref(x2.data(), nullptr, 4, 0.5, 0.0, Rounding::kExact, DType::kFloat32,
+                        y2.data(), &r);
+  const double want = 1.0 / std::sqrt(8.0);
+  std::printf("  oracle: x=[1,2,3,4], eps=0.5 gives r = 1/sqrt(8): |r - 1/sqrt(8)| = %.3g  %s\n",
+              std::fabs(r - want), std::fabs(r - want) < 1e-15 ? "PASS" : "FAIL");
+  failures += std::fabs(r - want) < 1e-15 ? 0 : 1;
+  return failures;
+}
+
+std::string slug(std::string s) {
+  for (char& c : s) c = std::isalnum(static_cast<unsigned char>(c)) ? std::tolower(c) : '-';
+  return s;
+}
+
+int run_main_job(bool timing, bool quick, const std::string& out_dir) {
+  const bench::DeviceInfo dev = bench::query_device();
+  std::printf("ropenorm %s: CUDA runtime %s, commit %s\n", timing ? "bench" : "verify",
+              dev.cuda.c_str(), bench::source_commit().c_str());
+  if (!dev.available) {
+    std::printf("no usable CUDA device (%s): GPU verification and timing skipped; "
+                "running the oracle self-checks only\n",
+                dev.reason.c_str());
+    const int f = oracle_self_checks();
+    std::printf("%d passed, %d failed, %d skipped\n", 2 - f, f, 1);
+    return f == 0 ? 0 : 1;
+  }
+  std::printf("device: %s (sm_%d%d, %d SMs, L2 %d MiB), driver %s\n", dev.name.c_str(),
+              dev.cc_major, dev.cc_minor, dev.sm_count, dev.l2_bytes >> 20, dev.driver.c_str());
+  cudaStream_t stream = nullptr;
+  cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+
+  bench::BenchOptions o;
+  o.timing = timing;
+  o.stream = stream;
+  if (quick) {
+    o.ms = {1, 512, 4096};
+    o.ns = {4096, 4095};
+  }
+  if (timing) {
+    o.copy_gbps = bench::measure_copy_gbps(size_t{1} << 30, 20, stream);
+    std::printf("copy bandwidth (device-to-device, read + write): %.1f GB/s\n", o.copy_gbps);
+  }
+  std::vector<bench::ResultRow> rows;
+  bench::print_header(std::cout);
+  Status st = bench::bench_rms_norm(o, &rows, std::cout);
+  cudaStreamDestroy(stream);
+  if (!st.ok()) {
+    std::fprintf(stderr, "error: %s\n", st.message().c_str());
+    return 2;
+  }
+
+  int passed = 0, failed = 0;
+  for (const auto& r : rows) (r.passed ? passed : failed)++;
+  if (timing) {
+    bench::Receipt rc;
+    rc.device = dev.name;
+    rc.driver = dev.driver;
+    rc.cuda = dev.cuda;
+    rc.commit = bench::source_commit();
+    rc.date = bench::utc_now();
+    rc.copy_bandwidth_gbps = o.copy_gbps;
+    rc.results = rows;
+    std::filesystem::create_directories(out_dir);
+    const std::string stem = out_dir + "/bench-" + slug(dev.name) + (quick ? "-quick" : "");
+    st = bench::write_and_check_receipt(rc, stem);
+    if (!st.ok()) {
+      std::fprintf(stderr, "error: %s\n", st.message().c_str());
+      return 2;
+    }
+    std::printf("receipts: %s.json, %s.csv (re-read and checked)\n", stem.c_str(), stem.c_str());
+    std::printf("\nsummary (bf16; ropenorm vs unfused baseline):\n");
+    bench::print_header(std::cout);
+    for (const auto& r : rows) bench::print_row(std::cout, r);
+  }
+  std::printf("%d passed, %d failed\n", passed, failed);
+  return failed == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"ropenorm: RMSNorm, RoPE and fused QK-norm + RoPE kernels"};
+  app.require_subcommand(1);
+  auto* info = app.add_subcommand("info", "Show the device, driver and CUDA runtime");
+  auto* verify = app.add_subcommand("verify", "Check every kernel against the float64 oracle");
+  auto* bench = app.add_subcommand("bench", "Verify, then time the kernels and write receipts");
+  bool quick = false;
+  std::string out_dir = "bench/results";
+  for (auto* sc : {verify, bench}) sc->add_flag("--quick", quick, "A few shapes only");
+  bench->add_option("--out-dir", out_dir, "Folder for the JSON and CSV receipts")
+      ->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+
+  if (info->parsed()) {
+    const auto d = bench::query_device();
+    std::printf("CUDA runtime %s\n", d.cuda.c_str());
+    if (!d.available) {
+      std::printf("no usable CUDA device: %s\n", d.reason.c_str());
+      return 0;
+    }
+    std::printf("device %s, sm_%d%d, %d SMs, L2 %d bytes, driver %s\n", d.name.c_str(),
+                d.cc_major, d.cc_minor, d.sm_count, d.l2_bytes, d.driver.c_str());
+    return 0;
+  }
+  return run_main_job(bench->parsed(), quick, out_dir);
+}
