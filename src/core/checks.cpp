@@ -95,6 +95,7 @@ Status check_device(const char* op, const char* arg, const TensorRef& t, int dev
 }
 
 Status check_no_internal_overlap(const char* op, const char* arg, const TensorRef& t) {
+  if (t.numel() == 0) return Status::Ok();
   std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, size) of dims with size > 1
   for (int d = 0; d < t.ndim; ++d) {
     if (t.sizes[d] > 1) dims.emplace_back(t.strides[d], t.sizes[d]);

@@ -15,18 +15,40 @@ const char* rms_norm_path_name(RmsNormPath path) {
   return "unknown-path";
 }
 
-int rms_norm_vector_width(int64_t n, int x_elem_size, std::initializer_list<AccessFacts> tensors) {
-  const int v = max_vector_width(x_elem_size);
-  if (n % v != 0) return kScalarWidth;
-  for (const AccessFacts& t : tensors) {
-    if (t.data == nullptr) continue;
-    const int64_t bytes = static_cast<int64_t>(v) * t.elem_size;
-    const int64_t align = bytes < 16 ? bytes : 16;
-    if (reinterpret_cast<uintptr_t>(t.data) % static_cast<uintptr_t>(align) != 0) {
-      return kScalarWidth;
+namespace {
+
+bool strides_16b(const AccessFacts& t) {
+  for (int d = 0; d < t.rows.nd; ++d) {
+    if ((t.rows.strides[d] * t.elem_size) % 16 != 0) return false;
+  }
+  return true;
+}
+
+bool same_layout(const AccessFacts& a, const AccessFacts& b) {
+  if (a.rows.nd != b.rows.nd || a.elem_size != b.elem_size) return false;
+  for (int d = 0; d < a.rows.nd; ++d) {
+    if (a.rows.sizes[d] != b.rows.sizes[d] || a.rows.strides[d] != b.rows.strides[d]) {
+      return false;
     }
-    for (int d = 0; d < t.rows.nd; ++d) {
-      if (t.rows.strides[d] % v != 0) return kScalarWidth;
+  }
+  return true;
+}
+
+uintptr_t addr(const void* p) { return reinterpret_cast<uintptr_t>(p); }
+
+}  // namespace
+
+int rms_norm_vector_width(int64_t n, const AccessFacts& x,
+                          std::initializer_list<AccessFacts> others) {
+  const int v = max_vector_width(x.elem_size);
+  const bool x_phase0 = addr(x.data) % 16 == 0 && strides_16b(x) && n % v == 0;
+  for (const AccessFacts& t : others) {
+    if (t.data == nullptr) continue;
+    if (t.elem_size == x.elem_size) {
+      if ((addr(t.data) - addr(x.data)) % 16 != 0) return kScalarWidth;
+      if (!same_layout(t, x) && !(strides_16b(t) && strides_16b(x))) return kScalarWidth;
+    } else if (!x_phase0 || addr(t.data) % 16 != 0 || !strides_16b(t)) {
+      return kScalarWidth;
     }
   }
   return v;
@@ -50,8 +72,8 @@ RmsNormPlan plan_rms_norm(int64_t n, int vec) {
   if (max_vpt > kMaxVpt) max_vpt = kMaxVpt;
   int vpt = 1;
   while (vpt < max_vpt && nvec > static_cast<int64_t>(256) * vpt) vpt *= 2;
-  while (vpt < max_vpt && nvec > static_cast<int64_t>(1024) * vpt) vpt *= 2;
-  if (nvec > static_cast<int64_t>(1024) * vpt) {
+  while (vpt < max_vpt && nvec > static_cast<int64_t>(kRowsMaxThreads) * vpt) vpt *= 2;
+  if (nvec > static_cast<int64_t>(kRowsMaxThreads) * vpt) {
     p.path = RmsNormPath::kTwoPass;
     p.vpt = 1;
     p.threads = kTwoPassThreads;

@@ -32,10 +32,15 @@ struct AccessFacts {
   RowLayout rows;
 };
 
-/// Width V (in elements) usable for every access: max_vector_width(elem_size of x) if N % V == 0
-/// and every tensor's base is aligned to min(16, V * elem_size) bytes and every row stride is a
-/// multiple of V; otherwise the scalar width 1.
-int rms_norm_vector_width(int64_t n, int x_elem_size, std::initializer_list<AccessFacts> tensors);
+/// Width V (in elements) of the vector accesses: max_vector_width(x's element size), with each
+/// row split at run time into p leading scalars, aligned vectors and a scalar tail, or the
+/// scalar width 1. V needs every other tensor's rows to sit at the same 16-byte phase as x's:
+/// for tensors of x's element size, a base 16-byte-congruent to x's and either x's row layout or
+/// row strides that are multiples of 16 bytes (for both); for tensors of another element size,
+/// phase 0 on every row (x and that tensor 16-byte aligned, strides multiples of 16 bytes, and
+/// N % V == 0). The weight is not a constraint (staged in shared memory or read as scalars).
+int rms_norm_vector_width(int64_t n, const AccessFacts& x,
+                          std::initializer_list<AccessFacts> others);
 
 struct RmsNormPlan {
   RmsNormPath path = RmsNormPath::kBlockPerRow;
@@ -51,8 +56,13 @@ constexpr int kMaxVpt = 8;
 constexpr int kMaxRegElems = 32;
 /// Warp path serves rows of at most this many vectors (4 per lane).
 constexpr int kWarpMaxVectors = 128;
+/// Largest block of the register-resident path (its launch bound: up to 128 registers/thread).
+constexpr int kRowsMaxThreads = 512;
 /// Threads per row on the two-pass path.
 constexpr int kTwoPassThreads = 1024;
+
+/// Widest row whose fp32 weight factors are staged in shared memory (48 KiB with the scratch).
+constexpr int64_t kSmemWeightMax = 12256;
 
 /// Plan for rows of width n at vector width vec (from rms_norm_vector_width).
 RmsNormPlan plan_rms_norm(int64_t n, int vec);

@@ -15,7 +15,8 @@ namespace ropenorm::ref {
 /// plus half an ulp) gives +-inf; NaN gives the quiet NaN 0x7FC0 with v's sign; -0.0 gives 0x8000.
 uint16_t double_to_bf16_bits(double v);
 
-/// f16 bits of v rounded once to IEEE binary16 (1 sign, 5 exponent, 10 fraction bits), nearest-even.
+/// f16 bits of v rounded once to IEEE binary16 (1 sign, 5 exponent, 10 fraction bits),
+/// nearest-even.
 ///
 /// Subnormals below 2^-14 (spacing 2^-24); |v| >= 65520 (65504 plus half an ulp) gives +-inf;
 /// NaN gives the quiet NaN 0x7E00 with v's sign.

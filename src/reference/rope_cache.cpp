@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <sstream>
@@ -23,7 +24,7 @@ std::string num(double v) {
     os.str("");
     os.precision(prec);
     os << v;
-    if (std::stod(os.str()) == v || std::isnan(v)) break;
+    if (std::isnan(v) || std::strtod(os.str().c_str(), nullptr) == v) break;
   }
   return os.str();
 }
@@ -95,10 +96,10 @@ Status validate(const char* op, const RopeConfig& c) {
                    num(c.low_freq_factor));
       }
       if (!std::isfinite(c.high_freq_factor) || c.high_freq_factor <= c.low_freq_factor) {
-        return bad(op, "config.high_freq_factor",
-                   with_type("a finite value > low_freq_factor (" + num(c.low_freq_factor) + ")",
-                             c.type),
-                   num(c.high_freq_factor));
+        return bad(
+            op, "config.high_freq_factor",
+            with_type("a finite value > low_freq_factor (" + num(c.low_freq_factor) + ")", c.type),
+            num(c.high_freq_factor));
       }
       break;
     case RopeType::kYarn: {
@@ -112,8 +113,8 @@ Status validate(const char* op, const RopeConfig& c) {
                    std::to_string(c.original_max_position_embeddings));
       }
       if (!std::isfinite(c.beta_fast) || c.beta_fast < 0.0) {
-        return bad(op, "config.beta_fast", with_type("a finite value >= 0 (0 = default 32)", c.type),
-                   num(c.beta_fast));
+        return bad(op, "config.beta_fast",
+                   with_type("a finite value >= 0 (0 = default 32)", c.type), num(c.beta_fast));
       }
       if (!std::isfinite(c.beta_slow) || c.beta_slow < 0.0) {
         return bad(op, "config.beta_slow", with_type("a finite value >= 0 (0 = default 1)", c.type),
@@ -189,8 +190,14 @@ void yarn_range(const RopeConfig& c, double* low, double* high) {
 
 // float32 operations, each rounded once: the double result of two float operands is either exact
 // (products) or rounded to 53 bits, and 53 >= 2 * 24 + 2 makes the second rounding to float32
-// innocuous for +, -, *, /.
-float fl(double v) { return static_cast<float>(v); }
+// innocuous for +, -, *, /. Every result passes through a volatile float: compilers narrow such
+// expressions to float arithmetic and, with FMA hardware and GCC's default -ffp-contract=fast,
+// would then fuse a product into the following sum, skipping the product's rounding that torch
+// performs.
+float fl(double v) {
+  volatile float r = static_cast<float>(v);
+  return r;
+}
 float f_add(float a, float b) { return fl(static_cast<double>(a) + b); }
 float f_sub(float a, float b) { return fl(static_cast<double>(a) - b); }
 float f_mul(float a, float b) { return fl(static_cast<double>(a) * b); }
@@ -272,7 +279,7 @@ void inv_freq_f32(const RopeConfig& c, std::vector<float>* out) {
         const float wavelen = f_mul(f_div(1.0f, inv), fl(2.0 * kPi));
         const float kept = wavelen > low_wavelen ? f_div(inv, factor) : inv;
         const float s = f_div(f_sub(f_mul(f_div(1.0f, wavelen), fl(len0)), fl(c.low_freq_factor)),
-                            fl(c.high_freq_factor - c.low_freq_factor));
+                              fl(c.high_freq_factor - c.low_freq_factor));
         const float smoothed = f_add(f_div(f_mul(f_sub(1.0f, s), kept), factor), f_mul(s, kept));
         const bool medium = !(wavelen < high_wavelen) && !(wavelen > low_wavelen);
         v = medium ? smoothed : kept;
@@ -284,7 +291,7 @@ void inv_freq_f32(const RopeConfig& c, std::vector<float>* out) {
         ramp = std::min(std::max(ramp, 0.0f), 1.0f);
         const float extrapolation_factor = f_sub(1.0f, ramp);
         v = f_add(f_mul(interpolation, f_sub(1.0f, extrapolation_factor)),
-                f_mul(inv, extrapolation_factor));
+                  f_mul(inv, extrapolation_factor));
         break;
       }
     }

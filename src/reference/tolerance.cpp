@@ -19,7 +19,8 @@ constexpr Rounding kH = Rounding::kHfLlama;
 // f32 outputs: the fp32 sum of squares carries a few ulps of rounding per level of the reduction
 // tree and per sequential term (up to a few hundred terms per thread on the widest rows): 64.
 // hf_llama: the intermediate rounding to the norm input's dtype can land one ulp apart at a tie,
-// which the weight multiply carries into the output: 2 ulps for 16-bit outputs.
+// which the weight multiply carries into the output: 2 ulps, measured in ulps of the coarser of
+// the output's and the norm input's dtype (an f32 output of a bf16 norm carries bf16 steps).
 // residual_out: the add is reproduced bit for bit (fp32 sum, one rounding): 0.
 const ToleranceEntry kTable[] = {
     {"rms_norm", "y", DType::kBFloat16, kE, 1.0, "one rounding of an fp32 result"},
@@ -57,7 +58,16 @@ const ToleranceEntry* tolerance_table(int* count) {
   return kTable;
 }
 
+DType coarser_dtype(DType a, DType b) {
+  auto rank = [](DType d) { return d == DType::kBFloat16 ? 2 : d == DType::kFloat16 ? 1 : 0; };
+  return rank(a) >= rank(b) ? a : b;
+}
+
 void ErrorStats::add(double got, double ref, DType dtype, int64_t index) {
+  add(got, ref, dtype, index, dtype);
+}
+
+void ErrorStats::add(double got, double ref, DType dtype, int64_t index, DType unit) {
   ++count;
   const double rounded = round_to_dtype(ref, dtype);
   double err;
@@ -66,7 +76,7 @@ void ErrorStats::add(double got, double ref, DType dtype, int64_t index) {
   } else if (std::isinf(rounded) || std::isinf(got)) {
     err = (got == rounded) ? 0.0 : std::numeric_limits<double>::infinity();
   } else {
-    err = std::fabs(got - rounded) / ulp_of(rounded, dtype);
+    err = std::fabs(got - rounded) / ulp_of(rounded, unit);
   }
   if (err == 0.0) ++exact;
   if (worst_index < 0 || err > max_ulp) {

@@ -28,6 +28,9 @@ double tolerance_ulp(const std::string& op, const std::string& output, DType dty
 /// The whole table (for documentation and receipts).
 const ToleranceEntry* tolerance_table(int* count);
 
+/// Of two float dtypes, the one with the wider ulp (bf16 > f16 > f32).
+DType coarser_dtype(DType a, DType b);
+
 /// Error statistics of outputs against the float64 reference.
 struct ErrorStats {
   double max_ulp = 0.0;     ///< largest error in output ulps (inf for NaN/inf mismatches)
@@ -36,8 +39,10 @@ struct ErrorStats {
   int64_t worst_index = -1; ///< index of the largest error (first one)
   double worst_got = 0.0, worst_ref = 0.0;
 
-  /// Adds one element: `got` as stored in `dtype`, `ref` the unrounded float64 value.
+  /// Adds one element: `got` as stored in `dtype`, `ref` the unrounded float64 value. The error
+  /// is |got - round(dtype, ref)| in ulps of `unit` at that value (default: dtype).
   void add(double got, double ref, DType dtype, int64_t index);
+  void add(double got, double ref, DType dtype, int64_t index, DType unit);
   void merge(const ErrorStats& o);
   double frac_exact() const { return count ? static_cast<double>(exact) / count : 1.0; }
 };

@@ -98,10 +98,10 @@ TEST(CpuHostFloat, F16TiesOverflowSubnormalsNaN) {
   EXPECT_EQ(double_to_f16_bits(-65520.0), 0xFC00);
   EXPECT_EQ(double_to_f16_bits(1e10), 0x7C00);
   EXPECT_EQ(double_to_f16_bits(kInf), 0x7C00);
-  EXPECT_EQ(double_to_f16_bits(std::ldexp(1.0, -25)), 0x0000);            // tie 0|1: even
+  EXPECT_EQ(double_to_f16_bits(std::ldexp(1.0, -25)), 0x0000);  // tie 0|1: even
   EXPECT_EQ(double_to_f16_bits(std::ldexp(1.0, -25) * 1.0000001), 0x0001);
-  EXPECT_EQ(double_to_f16_bits(std::ldexp(3.0, -25)), 0x0002);            // tie 1|2: even
-  EXPECT_EQ(double_to_f16_bits(std::ldexp(1023.5, -24)), 0x0400);         // up into the normals
+  EXPECT_EQ(double_to_f16_bits(std::ldexp(3.0, -25)), 0x0002);     // tie 1|2: even
+  EXPECT_EQ(double_to_f16_bits(std::ldexp(1023.5, -24)), 0x0400);  // up into the normals
   EXPECT_EQ(double_to_f16_bits(std::ldexp(1.0, -40)), 0x0000);
   EXPECT_EQ(double_to_f16_bits(-std::ldexp(1.0, -40)), 0x8000);
   EXPECT_TRUE(f16_is_nan(double_to_f16_bits(kNaN)));
@@ -110,7 +110,8 @@ TEST(CpuHostFloat, F16TiesOverflowSubnormalsNaN) {
 }
 
 // Every bit pattern decodes to a value that encodes back to itself (NaNs stay NaN), and every
-// midpoint between neighbours rounds to the even neighbour while a hair off it rounds to the near one.
+// midpoint between neighbours rounds to the even neighbour while a hair off it rounds to the near
+// one.
 template <typename Enc, typename Dec>
 void exhaustive(Enc enc, Dec dec, uint16_t inf_bits, bool (*is_nan)(uint16_t)) {
   for (uint32_t b = 0; b < 0x10000; ++b) {

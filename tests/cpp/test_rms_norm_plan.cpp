@@ -18,23 +18,30 @@ RowLayout rows(int64_t stride) {
   return r;
 }
 
-alignas(16) unsigned char g_buf[1 << 12];
+alignas(16) unsigned char g_buf[1 << 16];
 
 TEST(CpuRmsNormPlan, VectorWidth) {
   const void* a = g_buf;
-  const void* a2 = g_buf + 2;
-  EXPECT_EQ(rms_norm_vector_width(4096, 2, {{a, 2, rows(4096)}}), 8);
-  EXPECT_EQ(rms_norm_vector_width(4096, 4, {{a, 4, rows(4096)}}), 4);
-  EXPECT_EQ(rms_norm_vector_width(4095, 2, {{a, 2, rows(4095)}}), 1);   // N odd
-  EXPECT_EQ(rms_norm_vector_width(4096, 2, {{a2, 2, rows(4096)}}), 1);  // storage offset 1
-  EXPECT_EQ(rms_norm_vector_width(4096, 2, {{a, 2, rows(4100)}}), 1);   // stride % 8 != 0
-  EXPECT_EQ(rms_norm_vector_width(4096, 2, {{a, 2, rows(4104)}}), 8);   // padded stride ok
-  EXPECT_EQ(rms_norm_vector_width(70, 2, {{a, 2, rows(70)}}), 1);       // N % 8 != 0
-  // bf16 x with an f32 weight: 8 elements = 32 bytes, needs 16-byte alignment of the weight.
-  EXPECT_EQ(rms_norm_vector_width(4096, 2, {{a, 2, rows(4096)}, {g_buf + 16, 4, RowLayout{}}}), 8);
-  EXPECT_EQ(rms_norm_vector_width(4096, 2, {{a, 2, rows(4096)}, {g_buf + 8, 4, RowLayout{}}}), 1);
+  const void* b = g_buf + 8192;
+  // Same layout, same 16-byte phase: full width, whatever N or the offset (rows are peeled).
+  EXPECT_EQ(rms_norm_vector_width(4096, {a, 2, rows(4096)}, {{b, 2, rows(4096)}}), 8);
+  EXPECT_EQ(rms_norm_vector_width(4096, {a, 4, rows(4096)}, {{b, 4, rows(4096)}}), 4);
+  EXPECT_EQ(rms_norm_vector_width(4095, {a, 2, rows(4095)}, {{b, 2, rows(4095)}}), 8);
+  EXPECT_EQ(rms_norm_vector_width(4096, {g_buf + 2, 2, rows(4096)}, {{g_buf + 8194, 2, rows(4096)}}),
+            8);
+  EXPECT_EQ(rms_norm_vector_width(70, {a, 2, rows(70)}, {{b, 2, rows(70)}}), 8);
+  // Different phase between x and y: scalar.
+  EXPECT_EQ(rms_norm_vector_width(4096, {g_buf + 2, 2, rows(4096)}, {{b, 2, rows(4096)}}), 1);
+  // Different layouts: both strides must be multiples of 16 bytes.
+  EXPECT_EQ(rms_norm_vector_width(4096, {a, 2, rows(4104)}, {{b, 2, rows(4096)}}), 8);
+  EXPECT_EQ(rms_norm_vector_width(4096, {a, 2, rows(4100)}, {{b, 2, rows(4096)}}), 1);
+  // Another element size (f32 residual with bf16 x): every row at phase 0.
+  EXPECT_EQ(rms_norm_vector_width(4096, {a, 2, rows(4096)}, {{b, 4, rows(4096)}}), 8);
+  EXPECT_EQ(rms_norm_vector_width(4095, {a, 2, rows(4095)}, {{b, 4, rows(4095)}}), 1);
+  EXPECT_EQ(rms_norm_vector_width(4096, {g_buf + 2, 2, rows(4096)}, {{b, 4, rows(4096)}}), 1);
+  EXPECT_EQ(rms_norm_vector_width(4096, {a, 2, rows(4096)}, {{g_buf + 8200, 4, rows(4096)}}), 1);
   // An absent tensor (null) does not constrain.
-  EXPECT_EQ(rms_norm_vector_width(4096, 2, {{a, 2, rows(4096)}, {nullptr, 2, rows(3)}}), 8);
+  EXPECT_EQ(rms_norm_vector_width(4096, {a, 2, rows(4096)}, {{nullptr, 4, rows(3)}}), 8);
 }
 
 TEST(CpuRmsNormPlan, PathsAndThreads) {
@@ -55,16 +62,18 @@ TEST(CpuRmsNormPlan, PathsAndThreads) {
   p = plan_rms_norm(8192, 8);
   EXPECT_EQ(p.vpt, 4);
   EXPECT_EQ(p.threads, 256);
+  p = plan_rms_norm(4095, 8);  // ceil(4095 / 8) = 512 vectors
+  EXPECT_EQ(p.path, RmsNormPath::kBlockPerRow);
+  EXPECT_EQ(p.threads, 256);
   p = plan_rms_norm(4095, 1);
   EXPECT_EQ(p.path, RmsNormPath::kBlockPerRow);
   EXPECT_EQ(p.vpt, 8);
   EXPECT_EQ(p.threads, 512);
-  EXPECT_GE(static_cast<int64_t>(p.threads) * p.vpt * p.vec, 4095);
-  // Wide rows beyond the register budget: two passes.
-  p = plan_rms_norm(32768, 8);  // 4096 vectors: 1024 threads x 4
+  p = plan_rms_norm(16384, 8);  // 2048 vectors: 512 threads x 4
   EXPECT_EQ(p.path, RmsNormPath::kBlockPerRow);
-  EXPECT_EQ(p.threads, 1024);
-  p = plan_rms_norm(65536, 8);
+  EXPECT_EQ(p.threads, 512);
+  // Wide rows beyond the register budget: two passes.
+  p = plan_rms_norm(32768, 8);
   EXPECT_EQ(p.path, RmsNormPath::kTwoPass);
   p = plan_rms_norm(262144, 8);
   EXPECT_EQ(p.path, RmsNormPath::kTwoPass);
@@ -74,13 +83,14 @@ TEST(CpuRmsNormPlan, PathsAndThreads) {
 
 TEST(CpuRmsNormPlan, EveryRegisterPlanCoversTheRow) {
   for (int vec : {1, 4, 8}) {
-    for (int64_t n = vec; n <= 40000; n += vec * 37) {
+    for (int64_t n = 1; n <= 40000; n += 37) {
       const auto p = plan_rms_norm(n, vec);
       if (p.path == RmsNormPath::kTwoPass) continue;
       EXPECT_LE(p.vpt * vec, kMaxRegElems) << n;
-      EXPECT_LE(p.threads, 1024) << n;
+      EXPECT_LE(p.threads, kRowsMaxThreads) << n;
       EXPECT_EQ(p.threads % 32, 0) << n;
       EXPECT_GE(static_cast<int64_t>(p.threads) * p.vpt * vec, n) << n;
+      EXPECT_GE(p.threads, 2 * vec - 2) << n;  // one thread per edge element
     }
   }
 }

@@ -77,17 +77,37 @@ __device__ __forceinline__ void load_pack(const T* p, float (&out)[V]) {
   }
 }
 
-/// Load V elements of T without widening (keeps the stored bits).
+/// V elements of T as stored (no widening): half the registers of fp32 for 16-bit types.
 template <typename T, int V>
-__device__ __forceinline__ void load_raw(const T* p, T (&out)[V]) {
+struct RawVec {
+  T v[V];
+};
+
+/// Load V elements of T without widening.
+template <typename T, int V>
+__device__ __forceinline__ void load_raw(const T* p, RawVec<T, V>& out) {
   constexpr int kPerChunk = (16 / sizeof(T)) < V ? (16 / sizeof(T)) : V;
   constexpr int kChunks = V / kPerChunk;
 #pragma unroll
   for (int c = 0; c < kChunks; ++c) {
     Pack<T, kPerChunk> pk = *reinterpret_cast<const Pack<T, kPerChunk>*>(p + c * kPerChunk);
 #pragma unroll
-    for (int i = 0; i < kPerChunk; ++i) out[c * kPerChunk + i] = pk.v[i];
+    for (int i = 0; i < kPerChunk; ++i) out.v[c * kPerChunk + i] = pk.v[i];
   }
+}
+
+/// Widen V raw elements to fp32.
+template <typename T, int V>
+__device__ __forceinline__ void widen(const RawVec<T, V>& in, float (&out)[V]) {
+#pragma unroll
+  for (int i = 0; i < V; ++i) out[i] = to_float(in.v[i]);
+}
+
+/// Load one element of a run-time dtype as fp32.
+__device__ __forceinline__ float load_dyn(const void* base, DType dt, int64_t off) {
+  if (dt == DType::kBFloat16) return to_float(static_cast<const bf16*>(base)[off]);
+  if (dt == DType::kFloat16) return to_float(static_cast<const f16*>(base)[off]);
+  return static_cast<const float*>(base)[off];
 }
 
 /// Narrow V fp32 values to T (one rounding each) and store at p (aligned).

@@ -28,6 +28,7 @@ struct RmsNormKernelArgs {
   float eps;
   float w_offset;
   Rounding rounding;
+  bool weight_in_smem;  // stage (w + o) in shared memory (rows kernel; n <= kSmemWeightMax)
 };
 
 }  // namespace ropenorm::cuda

@@ -44,18 +44,15 @@ Status run_rms_norm(const core::RmsNormCall& c, Stream stream) {
   a.rounding = c.params.rounding;
 
   const int xs = static_cast<int>(dtype_size(c.x.dtype));
-  const core::RowLayout none{};
+  const int rs = c.fused ? static_cast<int>(dtype_size(c.residual.dtype)) : 1;
   const int vec = core::rms_norm_vector_width(
-      a.n, xs,
-      {core::AccessFacts{a.x, xs, a.x_rows},
-       core::AccessFacts{a.y, static_cast<int>(dtype_size(c.y.dtype)), a.y_rows},
-       core::AccessFacts{a.weight, static_cast<int>(dtype_size(a.w_dtype)), none},
-       core::AccessFacts{a.residual, c.fused ? static_cast<int>(dtype_size(c.residual.dtype)) : 1,
-                         a.r_rows},
-       core::AccessFacts{a.residual_out,
-                         c.fused ? static_cast<int>(dtype_size(c.residual.dtype)) : 1,
-                         a.ro_rows}});
+      a.n, core::AccessFacts{a.x, xs, a.x_rows},
+      {core::AccessFacts{a.y, static_cast<int>(dtype_size(c.y.dtype)), a.y_rows},
+       core::AccessFacts{a.residual, rs, a.r_rows},
+       core::AccessFacts{a.residual_out, rs, a.ro_rows}});
   const core::RmsNormPlan plan = core::plan_rms_norm(a.n, vec);
+  a.weight_in_smem = a.weight != nullptr && plan.path != core::RmsNormPath::kTwoPass &&
+                     a.n <= core::kSmemWeightMax;
   auto s = reinterpret_cast<cudaStream_t>(stream);
 
   return core::dispatch_float_dtype<cuda::f16, cuda::bf16>(

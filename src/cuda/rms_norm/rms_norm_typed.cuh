@@ -8,6 +8,7 @@
 #include <string>
 
 #include "core/rms_norm_plan.h"
+#include "cuda/common/launch.h"
 #include "cuda/rms_norm/rms_norm_kernels.cuh"
 #include "cuda/rms_norm/rms_norm_typed.h"
 #include "ropenorm/status.h"
@@ -23,25 +24,37 @@ inline Status bad_plan(const char* what, int value) {
                 std::string("rms_norm: no kernel for ") + what + " " + std::to_string(value));
 }
 
+// Persistent grid: as many blocks as stay resident, never more than there are row groups.
+template <typename Kernel>
+void launch_persistent(Kernel kernel, const RmsNormKernelArgs& a, dim3 block,
+                       int64_t rows_per_block, cudaStream_t s) {
+  const size_t smem = (32 + (a.weight_in_smem ? a.n : 0)) * sizeof(float);
+  const int threads = static_cast<int>(block.x * block.y);
+  const int64_t resident = static_cast<int64_t>(blocks_per_sm(
+                               reinterpret_cast<const void*>(kernel), threads, smem)) *
+                           device_sm_count();
+  int64_t grid = (a.m + rows_per_block - 1) / rows_per_block;
+  if (grid > resident) grid = resident;
+  kernel<<<static_cast<unsigned>(grid), block, smem, s>>>(a);
+}
+
 template <typename Tx, typename Tr, int V, bool kWarp>
 Status launch_rows(const RmsNormKernelArgs& a, const core::RmsNormPlan& p, cudaStream_t s) {
   const int64_t rows_per_block = kWarp ? p.rows_per_block : 1;
-  int64_t grid = (a.m + rows_per_block - 1) / rows_per_block;
-  if (grid > kMaxGrid) grid = kMaxGrid;
   const dim3 block = kWarp ? dim3(32, p.rows_per_block) : dim3(p.threads);
   switch (p.vpt) {
     case 1:
-      rms_norm_rows_kernel<Tx, Tr, V, 1, kWarp><<<grid, block, 0, s>>>(a);
+      launch_persistent(rms_norm_rows_kernel<Tx, Tr, V, 1, kWarp>, a, block, rows_per_block, s);
       break;
     case 2:
-      rms_norm_rows_kernel<Tx, Tr, V, 2, kWarp><<<grid, block, 0, s>>>(a);
+      launch_persistent(rms_norm_rows_kernel<Tx, Tr, V, 2, kWarp>, a, block, rows_per_block, s);
       break;
     case 4:
-      rms_norm_rows_kernel<Tx, Tr, V, 4, kWarp><<<grid, block, 0, s>>>(a);
+      launch_persistent(rms_norm_rows_kernel<Tx, Tr, V, 4, kWarp>, a, block, rows_per_block, s);
       break;
     case 8:
       if constexpr (!kWarp && V * 8 <= core::kMaxRegElems) {
-        rms_norm_rows_kernel<Tx, Tr, V, 8, kWarp><<<grid, block, 0, s>>>(a);
+        launch_persistent(rms_norm_rows_kernel<Tx, Tr, V, 8, kWarp>, a, block, rows_per_block, s);
         break;
       }
       return bad_plan("vectors per thread", p.vpt);

@@ -1,0 +1,51 @@
+// Launch helpers (see launch.h): small caches behind a mutex.
+#include <cuda_runtime.h>
+
+#include <map>
+#include <mutex>
+#include <tuple>
+
+#include "cuda/common/launch.h"
+
+namespace ropenorm::cuda {
+
+namespace {
+std::mutex g_mu;
+}  // namespace
+
+int device_sm_count() {
+  static std::map<int, int> cache;
+  int dev = 0;
+  cudaGetDevice(&dev);
+  std::lock_guard<std::mutex> lock(g_mu);
+  auto it = cache.find(dev);
+  if (it != cache.end()) return it->second;
+  int sms = 0;
+  if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || sms < 1) {
+    cudaGetLastError();
+    sms = 1;
+  }
+  cache[dev] = sms;
+  return sms;
+}
+
+int blocks_per_sm(const void* func, int threads, size_t dynamic_smem) {
+  static std::map<std::tuple<int, const void*, int, size_t>, int> cache;
+  int dev = 0;
+  cudaGetDevice(&dev);
+  const auto key = std::make_tuple(dev, func, threads, dynamic_smem);
+  std::lock_guard<std::mutex> lock(g_mu);
+  auto it = cache.find(key);
+  if (it != cache.end()) return it->second;
+  int nb = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, func, threads, dynamic_smem) !=
+          cudaSuccess ||
+      nb < 1) {
+    cudaGetLastError();
+    nb = 1;
+  }
+  cache[key] = nb;
+  return nb;
+}
+
+}  // namespace ropenorm::cuda

@@ -1,0 +1,16 @@
+// Launch helpers shared by the launchers: per-device facts and occupancy, cached (the queries
+// cost microseconds of host time, too much for decode-size calls).
+#pragma once
+
+#include <cstddef>
+
+namespace ropenorm::cuda {
+
+/// Multiprocessors of the current device.
+int device_sm_count();
+
+/// Resident blocks per multiprocessor for kernel `func` at this block size and dynamic shared
+/// memory, on the current device (at least 1).
+int blocks_per_sm(const void* func, int threads, size_t dynamic_smem);
+
+}  // namespace ropenorm::cuda
