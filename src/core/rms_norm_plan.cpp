@@ -56,7 +56,7 @@ int rms_norm_vector_width(int64_t n, const AccessFacts& x,
 
 static int round_up(int64_t a, int64_t b) { return static_cast<int>((a + b - 1) / b * b); }
 
-RmsNormPlan plan_rms_norm(int64_t n, int vec) {
+RmsNormPlan plan_rms_norm(int64_t n, int vec, int x_elem, int r_elem, bool has_weight) {
   RmsNormPlan p;
   p.vec = vec;
   const int64_t nvec = (n + vec - 1) / vec;
@@ -65,23 +65,50 @@ RmsNormPlan plan_rms_norm(int64_t n, int vec) {
     p.threads = 32;
     p.vpt = nvec <= 32 ? 1 : (nvec <= 64 ? 2 : 4);
     p.rows_per_block = 4;
-    return p;
+  } else {
+    // Block per row: aim for about 256 threads, each holding vpt vectors in registers.
+    int max_vpt = kMaxRegElems / vec;
+    if (max_vpt > kMaxVpt) max_vpt = kMaxVpt;
+    int vpt = 1;
+    while (vpt < max_vpt && nvec > static_cast<int64_t>(256) * vpt) vpt *= 2;
+    while (vpt < max_vpt && nvec > static_cast<int64_t>(kRowsMaxThreads) * vpt) vpt *= 2;
+    if (nvec > static_cast<int64_t>(kRowsMaxThreads) * vpt) {
+      p.path = RmsNormPath::kTwoPass;
+      p.vpt = 1;
+      p.threads = kTwoPassThreads;
+      p.stages = 0;
+      p.smem_bytes = 0;
+      return p;
+    }
+    p.path = RmsNormPath::kBlockPerRow;
+    p.vpt = vpt;
+    p.threads = round_up((nvec + vpt - 1) / vpt, 32);
   }
-  // Block per row: aim for about 256 threads, each holding vpt vectors in registers.
-  int max_vpt = kMaxRegElems / vec;
-  if (max_vpt > kMaxVpt) max_vpt = kMaxVpt;
-  int vpt = 1;
-  while (vpt < max_vpt && nvec > static_cast<int64_t>(256) * vpt) vpt *= 2;
-  while (vpt < max_vpt && nvec > static_cast<int64_t>(kRowsMaxThreads) * vpt) vpt *= 2;
-  if (nvec > static_cast<int64_t>(kRowsMaxThreads) * vpt) {
-    p.path = RmsNormPath::kTwoPass;
-    p.vpt = 1;
-    p.threads = kTwoPassThreads;
-    return p;
+  // Ring depth and weight staging within the shared-memory budget: deepest ring first.
+  const int64_t slices = p.path == RmsNormPath::kWarpPerRow ? p.rows_per_block : 1;
+  const int64_t weight_bytes = ((n + 3) / 4 * 4) * 4;
+  const int64_t scratch = 32 * 4;
+  for (int stages : {4, 2}) {
+    for (bool w_smem : {true, false}) {
+      if (w_smem && !has_weight) continue;
+      const int64_t bytes =
+          scratch + (w_smem ? weight_bytes : 0) +
+          slices * ring_bytes(vec, p.vpt, stages, p.threads, x_elem, r_elem);
+      if (bytes <= kSmemBudget) {
+        p.stages = stages;
+        p.weight_in_smem = w_smem;
+        p.smem_bytes = bytes;
+        return p;
+      }
+    }
   }
-  p.path = RmsNormPath::kBlockPerRow;
-  p.vpt = vpt;
-  p.threads = round_up((nvec + vpt - 1) / vpt, 32);
+  p.path = RmsNormPath::kTwoPass;
+  p.vpt = 1;
+  p.threads = kTwoPassThreads;
+  p.rows_per_block = 1;
+  p.stages = 0;
+  p.weight_in_smem = false;
+  p.smem_bytes = 0;
   return p;
 }
 

@@ -47,7 +47,10 @@ struct RmsNormPlan {
   int vec = 1;             ///< elements per vector access
   int vpt = 1;             ///< vectors per thread (register-resident paths)
   int threads = 32;        ///< threads per row (32 for kWarpPerRow)
-  int rows_per_block = 1;  ///< kWarpPerRow only
+  int rows_per_block = 1;  ///< kWarpPerRow: warps (rows in flight) per block
+  int stages = 4;          ///< shared-memory ring depth (rows paths)
+  bool weight_in_smem = false;  ///< (w + o) staged in shared memory as fp32
+  int64_t smem_bytes = 0;  ///< dynamic shared memory per block
 };
 
 /// Largest number of vectors per thread the register-resident kernels are built for.
@@ -59,12 +62,23 @@ constexpr int kWarpMaxVectors = 128;
 /// Largest block of the register-resident path (its launch bound: up to 128 registers/thread).
 constexpr int kRowsMaxThreads = 512;
 /// Threads per row on the two-pass path.
-constexpr int kTwoPassThreads = 1024;
+constexpr int kTwoPassThreads = 512;
+/// Dynamic shared memory a rows-path block may use (of the 227 KiB an sm_90 block can have).
+constexpr int64_t kSmemBudget = 200 * 1024;
 
-/// Widest row whose fp32 weight factors are staged in shared memory (48 KiB with the scratch).
-constexpr int64_t kSmemWeightMax = 12256;
+/// Bytes of the shared-memory ring for one warp (warp path) or block: `stages` rows of vpt
+/// vectors of v elements per thread, x (x_elem bytes) and residual (r_elem bytes, 0 if none).
+#if defined(__CUDACC__)
+__host__ __device__
+#endif
+constexpr int64_t ring_bytes(int v, int vpt, int stages, int threads, int x_elem, int r_elem) {
+  return static_cast<int64_t>(stages) * vpt * threads * v * (x_elem + r_elem);
+}
 
-/// Plan for rows of width n at vector width vec (from rms_norm_vector_width).
-RmsNormPlan plan_rms_norm(int64_t n, int vec);
+/// Plan for rows of width n at vector width vec (from rms_norm_vector_width), x elements of
+/// x_elem bytes, a residual of r_elem bytes (0: plain op), with or without a weight. Depends on
+/// n and the dtypes only, never on the row count.
+RmsNormPlan plan_rms_norm(int64_t n, int vec, int x_elem = 2, int r_elem = 0,
+                          bool has_weight = true);
 
 }  // namespace ropenorm::core

@@ -22,6 +22,17 @@ constexpr Rounding kH = Rounding::kHfLlama;
 // which the weight multiply carries into the output: 2 ulps, measured in ulps of the coarser of
 // the output's and the norm input's dtype (an f32 output of a bf16 norm carries bf16 steps).
 // residual_out: the add is reproduced bit for bit (fp32 sum, one rounding): 0.
+// rope (q_out, k_out): the oracle takes the c_i, s_i the kernel reads (the cache's or Hugging
+// Face's stored values, rounded as stored; for the in-kernel inv_freq source, the exact cos/sin
+// of the same fp32 angle fl(fl(p) * inv_freq[i])). Each output a c - b s is evaluated by Kahan's
+// difference of products, within 2 fp32 ulps of the exact value even under cancellation:
+// 16-bit outputs round that once, so they are correctly rounded except next to a tie: 1 ulp;
+// f32 outputs: 2 ulps plus the reference's own rounding: 3.
+// rope, inv_freq_pair_term (f32): the in-kernel sincosf (2 fp32 ulps) and the fp32 scaling
+// multiply (half an ulp) perturb c_i and s_i by up to 1.25 * 2^-22 relative, which moves a
+// rotated pair by up to 1.25 * 2^-22 * r * |scaling| (r = the pair's norm), at most 5 fp32 ulps
+// of r * |scaling| and not bounded by the output's own ulp when a c - b s cancels. For that
+// source the checks add this many fp32 ulps of r * |scaling| (8, with margin) to the allowance.
 const ToleranceEntry kTable[] = {
     {"rms_norm", "y", DType::kBFloat16, kE, 1.0, "one rounding of an fp32 result"},
     {"rms_norm", "y", DType::kFloat16, kE, 1.0, "one rounding of an fp32 result"},
@@ -37,6 +48,14 @@ const ToleranceEntry kTable[] = {
     {"add_rms_norm", "residual_out", DType::kBFloat16, kH, 0.0, "bitwise: fp32 add, one rounding"},
     {"add_rms_norm", "residual_out", DType::kFloat16, kH, 0.0, "bitwise: fp32 add, one rounding"},
     {"add_rms_norm", "residual_out", DType::kFloat32, kH, 0.0, "bitwise: fp32 add"},
+    {"rope", "q_out", DType::kBFloat16, kE, 1.0, "fp32 difference of products, one rounding"},
+    {"rope", "q_out", DType::kFloat16, kE, 1.0, "fp32 difference of products, one rounding"},
+    {"rope", "q_out", DType::kFloat32, kE, 3.0, "Kahan difference of products (2 ulps)"},
+    {"rope", "k_out", DType::kBFloat16, kE, 1.0, "fp32 difference of products, one rounding"},
+    {"rope", "k_out", DType::kFloat16, kE, 1.0, "fp32 difference of products, one rounding"},
+    {"rope", "k_out", DType::kFloat32, kE, 3.0, "Kahan difference of products (2 ulps)"},
+    {"rope", "inv_freq_pair_term", DType::kFloat32, kE, 8.0,
+     "added for the inv_freq source: fp32 ulps of |pair| * |scaling| (sincosf error)"},
 };
 
 }  // namespace

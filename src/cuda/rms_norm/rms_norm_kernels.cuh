@@ -9,15 +9,16 @@
 //    Vectors are aligned per row: the first p elements (p = elements up to the row's first
 //    16-byte boundary) and the last (n - p) % V elements are "edge" elements, one per thread
 //    0 .. E-1, loaded and stored as scalars; vector j covers columns p + j*V ... p + j*V + V-1.
-//    In both, a thread's elements of the next row are loaded (raw, in registers) while the
-//    current row is reduced and written, and each element of y (and s) is written by exactly
-//    the thread that read the matching x (and residual) element, after reading it, so y may
-//    alias x and residual_out may alias residual exactly.
-//  - Weight factors (w + o), fp32, are staged once per block in shared memory when the row fits
-//    (n <= kSmemWeightMax); every thread of the block writes a strided share, then the block
-//    synchronises once.
+//    Rows stream through an S-stage ring in shared memory: a thread copies its own vectors of
+//    the row S-1 rows ahead with cp.async into its own slots (and its edge element into a
+//    register ring), waits for its oldest group, and reads its slots back; no thread reads
+//    another's slots, so the ring needs no barrier. Each element of y (and s) is written by the
+//    thread that read the matching x (and residual) element, after reading it, so y may alias x
+//    and residual_out may alias residual exactly.
+//  - Weight factors (w + o), fp32, are staged once per block in shared memory when they fit
+//    (a.weight_in_smem); every thread writes a strided share, then the block synchronises once.
 //  - two-pass kernel (rows too wide for registers): the block owns row blockIdx.x (then strides
-//    by gridDim.x); thread t loops over vectors t, t + 1024, ...; pass one sums squares (and
+//    by gridDim.x); thread t loops over vectors t, t + 512, ...; pass one sums squares (and
 //    writes s), pass two re-reads its own elements and writes y.
 // Thread 0 / lane 0 writes the row's rstd.
 #pragma once
@@ -26,6 +27,7 @@
 #include <type_traits>
 
 #include "core/rms_norm_plan.h"
+#include "cuda/common/async_copy.cuh"
 #include "cuda/common/dtype.cuh"
 #include "cuda/common/reduce.cuh"
 #include "cuda/rms_norm/rms_norm_args.h"
@@ -48,20 +50,6 @@ __device__ __forceinline__ int row_phase(const T* row, int64_t n) {
   }
 }
 
-/// Raw registers of one row's share for one thread: x (and residual) vectors, one edge element,
-/// and the row's alignment split (p leading edge elements, nbody aligned vectors).
-template <typename Tx, typename Tr, int V, int VPT>
-struct RowShare {
-  using TrStore = std::conditional_t<std::is_same_v<Tr, NoResidual>, Tx, Tr>;
-  static constexpr bool kFused = !std::is_same_v<Tr, NoResidual>;
-  RawVec<Tx, V> x[VPT];
-  RawVec<TrStore, V> r[kFused ? VPT : 1];
-  Tx xe;
-  TrStore re;
-  int p;
-  int nbody;
-};
-
 /// Column of edge element e (0 <= e < E): the p leading ones, then the tail after the body.
 __device__ __forceinline__ int64_t edge_col(int e, int p, int nbody, int v) {
   return e < p ? e : static_cast<int64_t>(p) + static_cast<int64_t>(nbody) * v + (e - p);
@@ -83,41 +71,89 @@ __device__ __forceinline__ float rms_output(const RmsNormKernelArgs& a, float v,
                                           : rms_apply_exact(v, rstd, w);
 }
 
-/// Issues the loads of one row's share: body vectors j = tid + k * nthreads < nbody, and edge
-/// element tid when tid < E.
-template <typename Tx, typename Tr, int V, int VPT>
-__device__ __forceinline__ void load_share(const RmsNormKernelArgs& a, int64_t row, int tid,
-                                           int nthreads, RowShare<Tx, Tr, V, VPT>& sh) {
-  const Tx* x = static_cast<const Tx*>(a.x) + a.x_rows.offset(row);
-  const int p = row_phase<Tx, V>(x, a.n);
-  sh.p = p;
-  sh.nbody = static_cast<int>((a.n - p) / V);
-  const int edges = static_cast<int>(a.n - static_cast<int64_t>(sh.nbody) * V);
+/// Stages (w + o) in shared memory as fp32; every thread of the block takes part, eight
+/// independent loads in flight per thread per step.
+__device__ __forceinline__ void stage_weight(const RmsNormKernelArgs& a, float* w_smem) {
+  const int nthreads = blockDim.x * blockDim.y;
+  const int flat = threadIdx.y * blockDim.x + threadIdx.x;
+  const bool aligned = (reinterpret_cast<uintptr_t>(a.weight) & 15u) == 0;
+  const int64_t chunks = a.n / 8;
+  for (int64_t c = flat; c < chunks; c += nthreads) {
+    float w[8];
+    if (aligned) {
+      load_pack_dyn<8>(a.weight, a.w_dtype, c * 8, w);
+    } else {
 #pragma unroll
-  for (int k = 0; k < VPT; ++k) {
-    const int j = tid + k * nthreads;
-    if (j < sh.nbody) load_raw<Tx, V>(x + p + static_cast<int64_t>(j) * V, sh.x[k]);
-  }
-  if (tid < edges) sh.xe = x[edge_col(tid, p, sh.nbody, V)];
-  if constexpr (RowShare<Tx, Tr, V, VPT>::kFused) {
-    const Tr* r = static_cast<const Tr*>(a.residual) + a.r_rows.offset(row);
-#pragma unroll
-    for (int k = 0; k < VPT; ++k) {
-      const int j = tid + k * nthreads;
-      if (j < sh.nbody) load_raw<Tr, V>(r + p + static_cast<int64_t>(j) * V, sh.r[k]);
+      for (int i = 0; i < 8; ++i) w[i] = load_dyn(a.weight, a.w_dtype, c * 8 + i);
     }
-    if (tid < edges) sh.re = r[edge_col(tid, p, sh.nbody, V)];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) w_smem[c * 8 + i] = w[i] + a.w_offset;
+  }
+  for (int64_t j = chunks * 8 + flat; j < a.n; j += nthreads) {
+    w_smem[j] = load_dyn(a.weight, a.w_dtype, j) + a.w_offset;
   }
 }
 
-/// Reduces and writes one row whose share is in registers.
-template <typename Tx, typename Tr, int V, int VPT, bool kWarp>
-__device__ __forceinline__ void finish_row(const RmsNormKernelArgs& a, int64_t row, int tid,
-                                           int nthreads, const float* w_smem, float* scratch,
-                                           const RowShare<Tx, Tr, V, VPT>& sh) {
+/// Shared-memory ring of one block: per stage, per vector slot k, per thread, V elements of x
+/// (then, for the fused op, V elements of the residual in a second region).
+template <typename Tx, typename Tr, int V, int VPT, int S>
+struct Ring {
+  static constexpr bool kFused = !std::is_same_v<Tr, NoResidual>;
+  using TrStore = NormInputT<Tx, Tr>;
+  static constexpr int kXBytes = V * sizeof(Tx);
+  static constexpr int kRBytes = kFused ? V * sizeof(TrStore) : 0;
+  unsigned char* x;  // this thread's warp/block slice
+  unsigned char* r;
+  int nthreads, tid;
+  __device__ unsigned char* x_slot(int s, int k) const {
+    return x + (static_cast<int64_t>(s * VPT + k) * nthreads + tid) * kXBytes;
+  }
+  __device__ unsigned char* r_slot(int s, int k) const {
+    return r + (static_cast<int64_t>(s * VPT + k) * nthreads + tid) * kRBytes;
+  }
+};
+
+/// Starts the copies of one row's share into stage s and loads its edge element.
+template <typename Tx, typename Tr, int V, int VPT, int S>
+__device__ __forceinline__ void issue_row(const RmsNormKernelArgs& a, int64_t row, int s,
+                                          const Ring<Tx, Tr, V, VPT, S>& ring,
+                                          Tx& ex, NormInputT<Tx, Tr>& er) {
+  using R = Ring<Tx, Tr, V, VPT, S>;
+  const Tx* x = static_cast<const Tx*>(a.x) + a.x_rows.offset(row);
+  const int p = row_phase<Tx, V>(x, a.n);
+  const int nbody = static_cast<int>((a.n - p) / V);
+  const int edges = static_cast<int>(a.n - static_cast<int64_t>(nbody) * V);
+#pragma unroll
+  for (int k = 0; k < VPT; ++k) {
+    const int j = ring.tid + k * ring.nthreads;
+    if (j < nbody) copy_to_smem<R::kXBytes>(ring.x_slot(s, k), x + p + static_cast<int64_t>(j) * V);
+  }
+  if (ring.tid < edges) ex = x[edge_col(ring.tid, p, nbody, V)];
+  if constexpr (R::kFused) {
+    const Tr* r = static_cast<const Tr*>(a.residual) + a.r_rows.offset(row);
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) {
+      const int j = ring.tid + k * ring.nthreads;
+      if (j < nbody) {
+        copy_to_smem<R::kRBytes>(ring.r_slot(s, k), r + p + static_cast<int64_t>(j) * V);
+      }
+    }
+    if (ring.tid < edges) er = r[edge_col(ring.tid, p, nbody, V)];
+  }
+}
+
+/// Reads one row's share back from stage s, reduces it and writes y (and s).
+template <typename Tx, typename Tr, int V, int VPT, int S, bool kWarp>
+__device__ __forceinline__ void consume_row(const RmsNormKernelArgs& a, int64_t row, int s,
+                                            const Ring<Tx, Tr, V, VPT, S>& ring,
+                                            const float* w_smem, float* scratch, Tx ex,
+                                            NormInputT<Tx, Tr> er) {
   using Tnorm = NormInputT<Tx, Tr>;
-  constexpr bool kFused = RowShare<Tx, Tr, V, VPT>::kFused;
-  const int p = sh.p, nbody = sh.nbody;
+  constexpr bool kFused = Ring<Tx, Tr, V, VPT, S>::kFused;
+  const int tid = ring.tid, nthreads = ring.nthreads;
+  const Tx* x = static_cast<const Tx*>(a.x) + a.x_rows.offset(row);
+  const int p = row_phase<Tx, V>(x, a.n);
+  const int nbody = static_cast<int>((a.n - p) / V);
   const int edges = static_cast<int>(a.n - static_cast<int64_t>(nbody) * V);
   const bool has_edge = tid < edges;
   const int64_t e_col = has_edge ? edge_col(tid, p, nbody, V) : 0;
@@ -128,12 +164,13 @@ __device__ __forceinline__ void finish_row(const RmsNormKernelArgs& a, int64_t r
   for (int k = 0; k < VPT; ++k) {
     const int j = tid + k * nthreads;
     if (j < nbody) {
-      widen<Tx, V>(sh.x[k], v[k]);
-      if constexpr (kFused) {
-        float r[V];
-        widen<Tr, V>(sh.r[k], r);
+      const Pack<Tx, V> xr = *reinterpret_cast<const Pack<Tx, V>*>(ring.x_slot(s, k));
 #pragma unroll
-        for (int i = 0; i < V; ++i) v[k][i] = round_through<Tr>(v[k][i] + r[i]);
+      for (int i = 0; i < V; ++i) v[k][i] = to_float(xr.v[i]);
+      if constexpr (kFused) {
+        const Pack<Tr, V> rr = *reinterpret_cast<const Pack<Tr, V>*>(ring.r_slot(s, k));
+#pragma unroll
+        for (int i = 0; i < V; ++i) v[k][i] = round_through<Tr>(v[k][i] + to_float(rr.v[i]));
         store_pack<Tr, V>(s_row + p + static_cast<int64_t>(j) * V, v[k]);
       }
     } else {
@@ -143,9 +180,9 @@ __device__ __forceinline__ void finish_row(const RmsNormKernelArgs& a, int64_t r
   }
   float ve = 0.0f;
   if (has_edge) {
-    ve = to_float(sh.xe);
+    ve = to_float(ex);
     if constexpr (kFused) {
-      ve = round_through<Tr>(ve + to_float(sh.re));
+      ve = round_through<Tr>(ve + to_float(er));
       s_row[e_col] = from_float<Tr>(ve);
     }
   }
@@ -159,14 +196,28 @@ __device__ __forceinline__ void finish_row(const RmsNormKernelArgs& a, int64_t r
   const float rstd = rms_rstd(sum_sq, a.n, a.eps);
   if (a.rstd != nullptr && tid == 0) a.rstd[row] = rstd;
   const int64_t y_off = a.y_rows.offset(row);
+  const bool hf = a.rounding == Rounding::kHfLlama;
 #pragma unroll
   for (int k = 0; k < VPT; ++k) {
     const int j = tid + k * nthreads;
     if (j < nbody) {
       const int64_t col = p + static_cast<int64_t>(j) * V;
+      float w[V];
+      if (w_smem != nullptr) {
 #pragma unroll
-      for (int i = 0; i < V; ++i) {
-        v[k][i] = rms_output<Tnorm>(a, v[k][i], rstd, weight_factor(a, w_smem, col + i));
+        for (int i = 0; i < V; ++i) w[i] = w_smem[col + i];
+      } else {
+#pragma unroll
+        for (int i = 0; i < V; ++i) w[i] = weight_factor(a, nullptr, col + i);
+      }
+      if (hf) {
+#pragma unroll
+        for (int i = 0; i < V; ++i) {
+          v[k][i] = rms_apply_hf(round_through<Tnorm>(v[k][i] * rstd), w[i]);
+        }
+      } else {
+#pragma unroll
+        for (int i = 0; i < V; ++i) v[k][i] = rms_apply_exact(v[k][i], rstd, w[i]);
       }
       store_pack_dyn<V>(a.y, a.y_dtype, y_off + col, v[k]);
     }
@@ -177,50 +228,64 @@ __device__ __forceinline__ void finish_row(const RmsNormKernelArgs& a, int64_t r
   }
 }
 
-/// Stages (w + o) in shared memory as fp32; every thread of the block takes part.
-__device__ __forceinline__ void stage_weight(const RmsNormKernelArgs& a, float* w_smem) {
-  const int nthreads = blockDim.x * blockDim.y;
-  const int flat = threadIdx.y * blockDim.x + threadIdx.x;
-  for (int64_t j = flat; j < a.n; j += nthreads) {
-    w_smem[j] = load_dyn(a.weight, a.w_dtype, j) + a.w_offset;
-  }
-}
-
-/// Register-resident, persistent, one-row-ahead kernel: warp per row (kWarp) or block per row.
-/// Dynamic shared memory: 32 floats of scratch, then n floats of weight when a.weight_in_smem.
-template <typename Tx, typename Tr, int V, int VPT, bool kWarp>
-__global__ void __launch_bounds__(core::kRowsMaxThreads) rms_norm_rows_kernel(const RmsNormKernelArgs a) {
-  extern __shared__ float smem[];
-  float* scratch = smem;
-  float* w_smem = a.weight_in_smem ? smem + 32 : nullptr;
-  const int tid = threadIdx.x;
+/// Register-resident, persistent, S-stage pipelined kernel: warp per row (kWarp) or block per
+/// row. Dynamic shared memory: 32 floats of scratch, n floats of weight when a.weight_in_smem
+/// (rounded up to 16 bytes), then the ring (x region, then residual region).
+template <typename Tx, typename Tr, int V, int VPT, int S, bool kWarp>
+__global__ void __launch_bounds__(core::kRowsMaxThreads) rms_norm_rows_kernel(
+    const RmsNormKernelArgs a) {
+  using R = Ring<Tx, Tr, V, VPT, S>;
+  using Tnorm = NormInputT<Tx, Tr>;
+  extern __shared__ __align__(16) unsigned char smem[];
+  float* scratch = reinterpret_cast<float*>(smem);
+  float* w_smem = a.weight_in_smem ? scratch + 32 : nullptr;
+  const int64_t w_floats = a.weight_in_smem ? (a.n + 3) / 4 * 4 : 0;
+  unsigned char* ring_base = smem + (32 + w_floats) * sizeof(float);
   const int nthreads = kWarp ? 32 : blockDim.x;
+  const int slices = kWarp ? blockDim.y : 1;
+  const int slice = kWarp ? threadIdx.y : 0;
+  const int64_t x_region = core::ring_bytes(V, VPT, S, nthreads, sizeof(Tx), 0);
+  R ring;
+  ring.nthreads = nthreads;
+  ring.tid = threadIdx.x;
+  ring.x = ring_base + slice * x_region;
+  ring.r = ring_base + slices * x_region +
+           slice * core::ring_bytes(V, VPT, S, nthreads, 0, R::kFused ? sizeof(Tnorm) : 0);
+
   const int64_t step = kWarp ? static_cast<int64_t>(gridDim.x) * blockDim.y : gridDim.x;
   int64_t row = kWarp ? static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y : blockIdx.x;
-
-  RowShare<Tx, Tr, V, VPT> sa, sb;
-  if (row < a.m) load_share<Tx, Tr, V, VPT>(a, row, tid, nthreads, sa);
+  Tx ex[S];
+  Tnorm er[S];
+  // Prologue: rows 0 .. S-2 of this thread's sequence into stages 0 .. S-2.
+#pragma unroll
+  for (int s = 0; s < S - 1; ++s) {
+    const int64_t r = row + s * step;
+    if (r < a.m) issue_row<Tx, Tr, V, VPT, S>(a, r, s, ring, ex[s], er[s]);
+    cp_async_commit();
+  }
   if (w_smem != nullptr) {
     stage_weight(a, w_smem);
     __syncthreads();
   }
-  // Two register sets alternate: while one row is reduced and stored, the next one loads.
-  while (row < a.m) {
-    int64_t next = row + step;
-    if (next < a.m) load_share<Tx, Tr, V, VPT>(a, next, tid, nthreads, sb);
-    finish_row<Tx, Tr, V, VPT, kWarp>(a, row, tid, nthreads, w_smem, scratch, sa);
-    row = next;
-    if (row >= a.m) break;
-    next = row + step;
-    if (next < a.m) load_share<Tx, Tr, V, VPT>(a, next, tid, nthreads, sa);
-    finish_row<Tx, Tr, V, VPT, kWarp>(a, row, tid, nthreads, w_smem, scratch, sb);
-    row = next;
+  while (true) {
+#pragma unroll
+    for (int s = 0; s < S; ++s) {
+      if (row >= a.m) return;
+      constexpr int kAhead = S - 1;
+      const int ns = (s + kAhead) % S;
+      const int64_t ahead = row + kAhead * step;
+      if (ahead < a.m) issue_row<Tx, Tr, V, VPT, S>(a, ahead, ns, ring, ex[ns], er[ns]);
+      cp_async_commit();
+      cp_async_wait<S - 1>();
+      consume_row<Tx, Tr, V, VPT, S, kWarp>(a, row, s, ring, w_smem, scratch, ex[s], er[s]);
+      row += step;
+    }
   }
 }
 
 /// Two-pass kernel for rows wider than the register budget (weight read from global memory).
 template <typename Tx, typename Tr, int V>
-__global__ void __launch_bounds__(1024) rms_norm_two_pass_kernel(const RmsNormKernelArgs a) {
+__global__ void __launch_bounds__(core::kTwoPassThreads) rms_norm_two_pass_kernel(const RmsNormKernelArgs a) {
   using Tnorm = NormInputT<Tx, Tr>;
   constexpr bool kFused = !std::is_same_v<Tr, NoResidual>;
   __shared__ float scratch[32];

@@ -50,9 +50,9 @@ Status run_rms_norm(const core::RmsNormCall& c, Stream stream) {
       {core::AccessFacts{a.y, static_cast<int>(dtype_size(c.y.dtype)), a.y_rows},
        core::AccessFacts{a.residual, rs, a.r_rows},
        core::AccessFacts{a.residual_out, rs, a.ro_rows}});
-  const core::RmsNormPlan plan = core::plan_rms_norm(a.n, vec);
-  a.weight_in_smem = a.weight != nullptr && plan.path != core::RmsNormPath::kTwoPass &&
-                     a.n <= core::kSmemWeightMax;
+  const core::RmsNormPlan plan =
+      core::plan_rms_norm(a.n, vec, xs, c.fused ? rs : 0, c.weight.defined());
+  a.weight_in_smem = plan.weight_in_smem;
   auto s = reinterpret_cast<cudaStream_t>(stream);
 
   return core::dispatch_float_dtype<cuda::f16, cuda::bf16>(

@@ -26,9 +26,25 @@ inline Status bad_plan(const char* what, int value) {
 
 // Persistent grid: as many blocks as stay resident, never more than there are row groups.
 template <typename Kernel>
-void launch_persistent(Kernel kernel, const RmsNormKernelArgs& a, dim3 block,
-                       int64_t rows_per_block, cudaStream_t s) {
-  const size_t smem = (32 + (a.weight_in_smem ? a.n : 0)) * sizeof(float);
+Status launch_persistent(Kernel kernel, const RmsNormKernelArgs& a, const core::RmsNormPlan& p,
+                         cudaStream_t s) {
+  const dim3 block = p.path == core::RmsNormPath::kWarpPerRow ? dim3(32, p.rows_per_block)
+                                                               : dim3(p.threads);
+  const int64_t rows_per_block = p.path == core::RmsNormPath::kWarpPerRow ? p.rows_per_block : 1;
+  const size_t smem = static_cast<size_t>(p.smem_bytes);
+  if (smem > 48 * 1024) {
+    static bool raised = false;  // per kernel instantiation; idempotent if two threads race
+    if (!raised) {
+      const cudaError_t e = cudaFuncSetAttribute(
+          kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(core::kSmemBudget));
+      if (e != cudaSuccess) {
+        return Status(StatusCode::kDeviceError,
+                      std::string("rms_norm: cannot raise shared memory: ") +
+                          cudaGetErrorString(e));
+      }
+      raised = true;
+    }
+  }
   const int threads = static_cast<int>(block.x * block.y);
   const int64_t resident = static_cast<int64_t>(blocks_per_sm(
                                reinterpret_cast<const void*>(kernel), threads, smem)) *
@@ -36,32 +52,38 @@ void launch_persistent(Kernel kernel, const RmsNormKernelArgs& a, dim3 block,
   int64_t grid = (a.m + rows_per_block - 1) / rows_per_block;
   if (grid > resident) grid = resident;
   kernel<<<static_cast<unsigned>(grid), block, smem, s>>>(a);
+  return Status::Ok();
 }
 
-template <typename Tx, typename Tr, int V, bool kWarp>
-Status launch_rows(const RmsNormKernelArgs& a, const core::RmsNormPlan& p, cudaStream_t s) {
-  const int64_t rows_per_block = kWarp ? p.rows_per_block : 1;
-  const dim3 block = kWarp ? dim3(32, p.rows_per_block) : dim3(p.threads);
+template <typename Tx, typename Tr, int V, int S, bool kWarp>
+Status launch_rows_stages(const RmsNormKernelArgs& a, const core::RmsNormPlan& p, cudaStream_t s) {
   switch (p.vpt) {
     case 1:
-      launch_persistent(rms_norm_rows_kernel<Tx, Tr, V, 1, kWarp>, a, block, rows_per_block, s);
-      break;
+      return launch_persistent(rms_norm_rows_kernel<Tx, Tr, V, 1, S, kWarp>, a, p, s);
     case 2:
-      launch_persistent(rms_norm_rows_kernel<Tx, Tr, V, 2, kWarp>, a, block, rows_per_block, s);
-      break;
+      return launch_persistent(rms_norm_rows_kernel<Tx, Tr, V, 2, S, kWarp>, a, p, s);
     case 4:
-      launch_persistent(rms_norm_rows_kernel<Tx, Tr, V, 4, kWarp>, a, block, rows_per_block, s);
-      break;
+      return launch_persistent(rms_norm_rows_kernel<Tx, Tr, V, 4, S, kWarp>, a, p, s);
     case 8:
       if constexpr (!kWarp && V * 8 <= core::kMaxRegElems) {
-        launch_persistent(rms_norm_rows_kernel<Tx, Tr, V, 8, kWarp>, a, block, rows_per_block, s);
-        break;
+        return launch_persistent(rms_norm_rows_kernel<Tx, Tr, V, 8, S, kWarp>, a, p, s);
       }
       return bad_plan("vectors per thread", p.vpt);
     default:
       return bad_plan("vectors per thread", p.vpt);
   }
-  return Status::Ok();
+}
+
+template <typename Tx, typename Tr, int V, bool kWarp>
+Status launch_rows(const RmsNormKernelArgs& a, const core::RmsNormPlan& p, cudaStream_t s) {
+  switch (p.stages) {
+    case 4:
+      return launch_rows_stages<Tx, Tr, V, 4, kWarp>(a, p, s);
+    case 2:
+      return launch_rows_stages<Tx, Tr, V, 2, kWarp>(a, p, s);
+    default:
+      return bad_plan("ring stages", p.stages);
+  }
 }
 
 template <typename Tx, typename Tr, int V>

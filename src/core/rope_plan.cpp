@@ -1,0 +1,55 @@
+// Launch planning for the RoPE kernel (see rope_plan.h).
+#include "core/rope_plan.h"
+
+#include <cstdint>
+
+namespace ropenorm::core {
+
+namespace {
+
+bool fits(int v, int64_t half, int64_t head_dim, std::initializer_list<RopeAccess> operands) {
+  if (half % v != 0 || head_dim % v != 0) return false;
+  for (const RopeAccess& t : operands) {
+    if (t.data == nullptr) continue;
+    const int64_t bytes = static_cast<int64_t>(v) * t.elem_size;
+    const int64_t align = bytes < 16 ? bytes : 16;
+    if (reinterpret_cast<uintptr_t>(t.data) % static_cast<uintptr_t>(align) != 0) return false;
+    for (int64_t s : t.strides) {
+      if (s % v != 0) return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+int rope_vector_width(int64_t half, int64_t head_dim, int elem_size,
+                      std::initializer_list<RopeAccess> operands) {
+  for (int v = 16 / elem_size; v >= 2; v /= 2) {
+    if (fits(v, half, head_dim, operands)) return v;
+  }
+  return 1;
+}
+
+RopePlan plan_rope(int64_t tokens, int64_t heads, int64_t half, int vec) {
+  RopePlan p;
+  p.vec = vec;
+  const int64_t nvp = half / vec;  // pair vectors per head
+  p.bx = static_cast<int>(nvp < 32 ? (nvp < 1 ? 1 : nvp) : 32);
+  int64_t by = kRopeBlockThreads / p.bx;
+  if (by > heads) by = heads;
+  if (by < 1) by = 1;
+  p.by = static_cast<int>(by);
+  int64_t bz = kRopeBlockThreads / (p.bx * p.by);
+  if (bz > 64) bz = 64;  // CUDA's limit on blockDim.z
+  if (bz > tokens) bz = tokens;
+  if (bz < 1) bz = 1;
+  p.bz = static_cast<int>(bz);
+  int64_t grid = (tokens + bz - 1) / bz;
+  if (grid > kRopeMaxGrid) grid = kRopeMaxGrid;
+  if (grid < 1) grid = 1;
+  p.grid = grid;
+  return p;
+}
+
+}  // namespace ropenorm::core

@@ -1,0 +1,47 @@
+// Launch planning for the RoPE kernel: vector width and block shape, decided on the host from the
+// head geometry, the pointers and the strides.
+//
+// A thread owns V consecutive pairs (pair indices i0 .. i0 + V - 1, i0 a multiple of V) of one
+// token and loads their cos/sin once; it then rotates those pairs in every head it owns. For
+// neox the pairs' a and b halves are two V-element vectors at channels i0 and h + i0; for gptj
+// the 2V channels 2 * i0 .. 2 * i0 + 2V - 1 are two V-element vectors holding the V pairs
+// interleaved. Both need h % V == 0 and every vector aligned.
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+
+namespace ropenorm::core {
+
+/// One strided operand's alignment facts: base pointer, element size, and the strides (in
+/// elements) of the dims addressed in steps of whole vectors (token, batch, head, table row).
+struct RopeAccess {
+  const void* data;  ///< nullptr: not used
+  int elem_size;
+  std::initializer_list<int64_t> strides;
+};
+
+/// Widest V (elements per vector access of the q/k dtype, elem_size bytes) in
+/// {16 / elem_size, ..., 2} with h % V == 0 and D % V == 0 such that every used operand's base
+/// is aligned to min(16, V * its elem_size) bytes and all its listed strides are multiples of V;
+/// otherwise the scalar width 1. (The cos/sin tables are read V values at a time too.)
+int rope_vector_width(int64_t half, int64_t head_dim, int elem_size,
+                      std::initializer_list<RopeAccess> operands);
+
+/// Block of (bx, by, bz) threads: bx over the h / V pair vectors of a head (looping when there
+/// are more), by over the heads of q and k (looping), bz over tokens. The grid loops over tokens.
+struct RopePlan {
+  int vec = 1;
+  int bx = 1, by = 1, bz = 1;
+  int64_t grid = 1;
+};
+
+/// Threads per block the planner aims for.
+constexpr int kRopeBlockThreads = 256;
+/// Largest grid launched (the kernel loops over the remaining token groups).
+constexpr int64_t kRopeMaxGrid = int64_t{1} << 30;
+
+/// Plan for T tokens with `heads` = Hq + Hk heads, rotary half h and vector width vec.
+RopePlan plan_rope(int64_t tokens, int64_t heads, int64_t half, int vec);
+
+}  // namespace ropenorm::core

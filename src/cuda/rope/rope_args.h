@@ -1,0 +1,55 @@
+// The plain-data argument block the RoPE kernel receives, built by the launcher after validation
+// (the kernel trusts it). Strides and offsets are in elements, all 64-bit.
+#pragma once
+
+#include <cstdint>
+
+#include "ropenorm/rope.h"
+#include "ropenorm/tensor.h"
+
+namespace ropenorm::cuda {
+
+/// One head-vector operand (q, k, q_out or k_out): element (b, s, head, d) lives at
+/// data + b * sb + s * ss + head * sh + d.
+struct RopeOperand {
+  void* data;
+  int64_t sb, ss, sh;
+};
+
+/// Where a token's cos/sin values come from. Mirrors CosSinKind.
+enum class RopeSource : int { kCache = 0, kTable = 1, kGathered = 2, kInvFreq = 3 };
+
+struct RopeKernelArgs {
+  RopeOperand q, q_out, k, k_out;  // k / k_out data nullptr when k is absent
+  int64_t seq;                     // S: token t is (b, s) = (t / S, t % S)
+  int64_t tokens;                  // T = B * S
+  int hq, hk;                      // heads of q and k
+  int head_dim;                    // D
+  int half;                        // h = R / 2
+  bool gptj;                       // pair (2i, 2i + 1) instead of (i, i + h)
+  bool inverse;                    // rotate by -angle
+  bool copy_q_tail, copy_k_tail;   // copy channels R .. D - 1 (out of place only)
+
+  // Positions: explicit (pos != nullptr): p = pos[b * pos_sb + s * pos_ss];
+  // implicit: p = s + offset + (seq_off ? seq_off[b * seq_off_stride] : 0).
+  const void* pos;
+  bool pos_i64;
+  int64_t pos_sb, pos_ss;
+  int64_t offset;
+  const void* seq_off;
+  bool seq_off_i64;
+  int64_t seq_off_stride;
+
+  // cos/sin: c_i at cos[row + i], s_i at sin[row + i], where row = p * *_row (kCache / kTable)
+  // or b * *_sb + s * *_ss (kGathered); for kCache, sin = cos + h (one table).
+  RopeSource source;
+  const void* cos;
+  const void* sin;
+  DType cs_dtype;
+  int64_t cos_row, sin_row;
+  int64_t cos_sb, cos_ss, sin_sb, sin_ss;
+  const float* inv_freq;  // kInvFreq
+  float scaling;          // kInvFreq: multiplies c and s
+};
+
+}  // namespace ropenorm::cuda

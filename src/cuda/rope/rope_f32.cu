@@ -1,0 +1,8 @@
+// RoPE kernel instantiations for f32 q/k (every vector width, every cos/sin source and dtype).
+#include "cuda/rope/rope_typed.cuh"
+
+namespace ropenorm::cuda {
+
+ROPENORM_INSTANTIATE_ROPE(float)
+
+}  // namespace ropenorm::cuda

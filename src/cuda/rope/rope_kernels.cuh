@@ -1,0 +1,207 @@
+// RoPE forward / inverse kernel.
+//
+// Ownership (block (bx, by, bz), grid over token groups, V = the plan's vector width):
+//  - Token: threadIdx.z picks token t = blockIdx.x * bz + threadIdx.z, then every
+//    gridDim.x * bz-th token after it (grid-stride loop). Every thread of that (z) slice reads
+//    the token's position itself (one broadcast load; explicit, or arange + offset + the
+//    sequence's offset).
+//  - Pairs: threadIdx.x owns the pair vectors j = threadIdx.x, threadIdx.x + bx, ... (pair
+//    indices i0 = j * V .. i0 + V - 1). For each j it loads (or computes) c_i and s_i of its V
+//    pairs ONCE and keeps them in registers for all the heads it rotates.
+//  - Heads: threadIdx.y owns heads threadIdx.y, threadIdx.y + by, ... of the Hq + Hk heads of
+//    q then k, two at a time (both heads' loads issued before either is rotated and stored).
+//    A thread rotates the same pairs in each of its heads: neox reads the V-vectors at channels
+//    i0 and h + i0, gptj the V-vectors at channels 2 * i0 and 2 * i0 + V (V pairs interleaved).
+//  - Pass-through channels R .. D - 1 (out of place only): the block slice's bx * by threads
+//    share them, flat index over (head, tail vector), copied as raw bits.
+// Every output element is written by exactly the thread that read the matching input element,
+// after reading it, so out == in (in place) is safe; distinct heads never share memory
+// (validated), so a thread may read its second head before storing its first.
+// Vector width V > 1 is used only when the launcher checked that every base and stride is
+// aligned for it; V = 1 is the scalar path (any alignment, e.g. a storage offset of 1 element).
+#pragma once
+
+#include <cstdint>
+
+#include "core/rope_plan.h"
+#include "cuda/common/dtype.cuh"
+#include "cuda/rope/rope_args.h"
+#include "cuda/rope/rope_math.cuh"
+
+namespace ropenorm::cuda {
+
+/// The position of token (b, s).
+__device__ __forceinline__ int64_t rope_position(const RopeKernelArgs& a, int64_t b, int64_t s) {
+  if (a.pos != nullptr) {
+    const int64_t off = b * a.pos_sb + s * a.pos_ss;
+    return a.pos_i64 ? static_cast<const int64_t*>(a.pos)[off]
+                     : static_cast<int64_t>(static_cast<const int32_t*>(a.pos)[off]);
+  }
+  int64_t p = s + a.offset;
+  if (a.seq_off != nullptr) {
+    const int64_t off = b * a.seq_off_stride;
+    p += a.seq_off_i64 ? static_cast<const int64_t*>(a.seq_off)[off]
+                       : static_cast<int64_t>(static_cast<const int32_t*>(a.seq_off)[off]);
+  }
+  return p;
+}
+
+/// c_i and s_i (s_i negated for the inverse rotation) of pairs i0 .. i0 + V - 1 of token (b, s)
+/// at position p.
+template <int V>
+__device__ __forceinline__ void rope_cos_sin(const RopeKernelArgs& a, int64_t p, int64_t b,
+                                             int64_t s, int i0, float (&c)[V], float (&sn)[V]) {
+  if (a.source == RopeSource::kInvFreq) {
+    const float pf = static_cast<float>(p);  // round to nearest, as torch's position.float()
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      const float angle = __fmul_rn(pf, a.inv_freq[i0 + k]);
+      float sv, cv;
+      sincosf(angle, &sv, &cv);
+      c[k] = cv * a.scaling;
+      sn[k] = sv * a.scaling;
+    }
+  } else {
+    int64_t co, so;
+    if (a.source == RopeSource::kGathered) {
+      co = b * a.cos_sb + s * a.cos_ss;
+      so = b * a.sin_sb + s * a.sin_ss;
+    } else {
+      co = p * a.cos_row;
+      so = p * a.sin_row;
+    }
+    load_pack_dyn<V>(a.cos, a.cs_dtype, co + i0, c);
+    load_pack_dyn<V>(a.sin, a.cs_dtype, so + i0, sn);
+  }
+  if (a.inverse) {
+#pragma unroll
+    for (int k = 0; k < V; ++k) sn[k] = -sn[k];
+  }
+}
+
+/// One head's 2V input elements of a thread's V pairs, as stored.
+template <typename T, int V>
+struct RopeHeadRegs {
+  RawVec<T, V> x0, x1;
+};
+
+template <typename T>
+__device__ __forceinline__ const T* rope_head_ptr(const RopeOperand& op, int64_t b, int64_t s,
+                                                  int head) {
+  return static_cast<const T*>(op.data) + b * op.sb + s * op.ss + head * op.sh;
+}
+
+template <typename T, int V>
+__device__ __forceinline__ void rope_load_head(const RopeKernelArgs& a, int64_t b, int64_t s,
+                                               int hh, int oa, int ob, RopeHeadRegs<T, V>& regs) {
+  const T* x = hh < a.hq ? rope_head_ptr<T>(a.q, b, s, hh) : rope_head_ptr<T>(a.k, b, s, hh - a.hq);
+  load_raw<T, V>(x + oa, regs.x0);
+  load_raw<T, V>(x + ob, regs.x1);
+}
+
+/// Element m of the concatenation (x0, x1) of two V-vectors (m < 2V, a compile-time index once
+/// the callers' loops are unrolled).
+template <int V>
+__device__ __forceinline__ float& rope_pick(float (&x0)[V], float (&x1)[V], int m) {
+  return m < V ? x0[m] : x1[m - V];
+}
+
+template <typename T, int V>
+__device__ __forceinline__ void rope_store_head(const RopeKernelArgs& a, int64_t b, int64_t s,
+                                                int hh, int oa, int ob,
+                                                const RopeHeadRegs<T, V>& regs, const float (&c)[V],
+                                                const float (&sn)[V]) {
+  float x0[V], x1[V];
+  widen<T, V>(regs.x0, x0);
+  widen<T, V>(regs.x1, x1);
+  if (a.gptj) {
+    // Pair k is channels (2k, 2k + 1) of the 2V channels x0 ++ x1.
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      float& ra = rope_pick<V>(x0, x1, 2 * k);
+      float& rb = rope_pick<V>(x0, x1, 2 * k + 1);
+      float ya, yb;
+      rope_rotate_pair(ra, rb, c[k], sn[k], &ya, &yb);
+      ra = ya;
+      rb = yb;
+    }
+  } else {
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      float ya, yb;
+      rope_rotate_pair(x0[k], x1[k], c[k], sn[k], &ya, &yb);
+      x0[k] = ya;
+      x1[k] = yb;
+    }
+  }
+  const RopeOperand& out = hh < a.hq ? a.q_out : a.k_out;
+  T* y = const_cast<T*>(rope_head_ptr<T>(out, b, s, hh < a.hq ? hh : hh - a.hq));
+  store_pack<T, V>(y + oa, x0);
+  store_pack<T, V>(y + ob, x1);
+}
+
+/// Copies V elements bit for bit (aligned as the launcher checked).
+template <typename T, int V>
+__device__ __forceinline__ void rope_copy_raw(const T* src, T* dst) {
+  constexpr int kPerChunk = (16 / sizeof(T)) < V ? (16 / sizeof(T)) : V;
+#pragma unroll
+  for (int c = 0; c < V / kPerChunk; ++c) {
+    *reinterpret_cast<Pack<T, kPerChunk>*>(dst + c * kPerChunk) =
+        *reinterpret_cast<const Pack<T, kPerChunk>*>(src + c * kPerChunk);
+  }
+}
+
+template <typename T, int V>
+__global__ void __launch_bounds__(core::kRopeBlockThreads) rope_kernel(const RopeKernelArgs a) {
+  const int nvp = a.half / V;
+  const int heads = a.hq + a.hk;
+  const int rot = 2 * a.half;
+  const int ntail = (a.head_dim - rot) / V;
+  const bool any_tail = ntail > 0 && (a.copy_q_tail || a.copy_k_tail);
+  const int hstep = blockDim.y;
+  const int64_t tstep = static_cast<int64_t>(gridDim.x) * blockDim.z;
+
+  for (int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.z + threadIdx.z; t < a.tokens;
+       t += tstep) {
+    const int64_t b = t / a.seq;
+    const int64_t s = t - b * a.seq;
+    const int64_t p = a.source == RopeSource::kGathered ? 0 : rope_position(a, b, s);
+
+    for (int j = threadIdx.x; j < nvp; j += blockDim.x) {
+      const int i0 = j * V;
+      float c[V], sn[V];
+      rope_cos_sin<V>(a, p, b, s, i0, c, sn);
+      const int oa = a.gptj ? 2 * i0 : i0;
+      const int ob = a.gptj ? 2 * i0 + V : a.half + i0;
+      for (int hh = threadIdx.y; hh < heads; hh += 2 * hstep) {
+        const int h2 = hh + hstep;
+        RopeHeadRegs<T, V> r1, r2;
+        rope_load_head<T, V>(a, b, s, hh, oa, ob, r1);
+        if (h2 < heads) rope_load_head<T, V>(a, b, s, h2, oa, ob, r2);
+        rope_store_head<T, V>(a, b, s, hh, oa, ob, r1, c, sn);
+        if (h2 < heads) rope_store_head<T, V>(a, b, s, h2, oa, ob, r2, c, sn);
+      }
+    }
+
+    if (any_tail) {
+      const int64_t total = static_cast<int64_t>(heads) * ntail;
+      const int flat = threadIdx.y * blockDim.x + threadIdx.x;
+      const int nflat = blockDim.x * blockDim.y;
+      for (int64_t idx = flat; idx < total; idx += nflat) {
+        const int hh = static_cast<int>(idx / ntail);
+        const int col = rot + static_cast<int>(idx - static_cast<int64_t>(hh) * ntail) * V;
+        if (hh < a.hq) {
+          if (a.copy_q_tail) {
+            rope_copy_raw<T, V>(rope_head_ptr<T>(a.q, b, s, hh) + col,
+                                const_cast<T*>(rope_head_ptr<T>(a.q_out, b, s, hh)) + col);
+          }
+        } else if (a.copy_k_tail) {
+          rope_copy_raw<T, V>(rope_head_ptr<T>(a.k, b, s, hh - a.hq) + col,
+                              const_cast<T*>(rope_head_ptr<T>(a.k_out, b, s, hh - a.hq)) + col);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace ropenorm::cuda

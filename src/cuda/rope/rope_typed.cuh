@@ -1,0 +1,57 @@
+// Per-dtype launch of the RoPE kernel: picks the instantiation for the plan's vector width and
+// launches it on the caller's stream. Included by exactly one .cu per q/k dtype, which
+// instantiates it; the launcher calls it through dispatch. The cos/sin dtype, the source kind,
+// the style and the direction are run-time switches inside the kernel (uniform branches), so
+// each dtype has one kernel per vector width: 16 / sizeof(T), ..., 2, 1.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "core/rope_plan.h"
+#include "cuda/rope/rope_kernels.cuh"
+#include "cuda/rope/rope_typed.h"
+#include "ropenorm/status.h"
+
+namespace ropenorm::cuda {
+
+namespace detail {
+
+template <typename T, int V>
+void launch_rope_vec(const RopeKernelArgs& a, const core::RopePlan& p, cudaStream_t s) {
+  const dim3 block(static_cast<unsigned>(p.bx), static_cast<unsigned>(p.by),
+                   static_cast<unsigned>(p.bz));
+  rope_kernel<T, V><<<static_cast<unsigned>(p.grid), block, 0, s>>>(a);
+}
+
+}  // namespace detail
+
+template <typename T>
+Status launch_rope_typed(const RopeKernelArgs& a, const core::RopePlan& plan, cudaStream_t stream) {
+  constexpr int kVec = 16 / static_cast<int>(sizeof(T));
+  constexpr int kHalfVec = kVec > 4 ? 4 : 1;  // 16-bit types: 8, 4, 2, 1; f32: 4, 2, 1
+  if (plan.vec == kVec) {
+    detail::launch_rope_vec<T, kVec>(a, plan, stream);
+  } else if (kHalfVec == 4 && plan.vec == 4) {
+    detail::launch_rope_vec<T, kHalfVec>(a, plan, stream);
+  } else if (plan.vec == 2) {
+    detail::launch_rope_vec<T, 2>(a, plan, stream);
+  } else if (plan.vec == 1) {
+    detail::launch_rope_vec<T, 1>(a, plan, stream);
+  } else {
+    return Status(StatusCode::kUnsupported,
+                  "rope: no kernel for vector width " + std::to_string(plan.vec));
+  }
+  const cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) {
+    return Status(StatusCode::kDeviceError,
+                  std::string("rope: kernel launch failed: ") + cudaGetErrorString(err));
+  }
+  return Status::Ok();
+}
+
+#define ROPENORM_INSTANTIATE_ROPE(T) \
+  template Status launch_rope_typed<T>(const RopeKernelArgs&, const core::RopePlan&, cudaStream_t);
+
+}  // namespace ropenorm::cuda

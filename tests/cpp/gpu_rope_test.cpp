@@ -1,0 +1,559 @@
+// GPU tests of rope against the float64 oracle: head dims (common and odd), rotary fractions,
+// both styles, GQA head counts and k absent, every position kind, every cos/sin source and
+// dtype, packed QKV views, the [B, H, S, D] layout, storage offset 1, in place, inverse, large
+// positions and 64-bit offsets; plus properties (pair norms kept, inverse undoes forward, gptj is
+// neox after the channel permutation, a token's bits do not depend on T) and the checked mode.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gpu_util.h"
+#include "reference/host_float.h"
+#include "reference/rope_ref.h"
+#include "reference/tolerance.h"
+#include "ropenorm/rope.h"
+#include "verify/device_buffer.h"
+#include "verify/rope_case.h"
+
+namespace ropenorm {
+namespace {
+
+using verify::RopeCase;
+using verify::RopeLayout;
+using verify::RopePosKind;
+
+verify::RopeOutcome expect_pass(const RopeCase& c) {
+  const auto in = verify::make_inputs(c);
+  auto out = verify::run_case(c, in);
+  EXPECT_TRUE(out.status.ok()) << out.status.message();
+  EXPECT_TRUE(out.passed) << out.summary;
+  return out;
+}
+
+const DType kFloatTypes[] = {DType::kFloat32, DType::kFloat16, DType::kBFloat16};
+const CosSinKind kSources[] = {CosSinKind::kCache, CosSinKind::kHfCosSin,
+                               CosSinKind::kHfCosSinGathered, CosSinKind::kInvFreq};
+
+TEST(GpuRope, HeadDimsRotaryFractionsStyles) {
+  ROPENORM_REQUIRE_GPU();
+  uint64_t seed = 1;
+  for (int64_t d : {64, 80, 96, 128, 256, 2, 6, 34, 512}) {
+    for (int64_t frac : {1, 2, 4}) {
+      const int64_t r = d / frac;
+      if (r < 2 || r % 2 != 0) continue;
+      for (RopeStyle style : {RopeStyle::kNeox, RopeStyle::kGptj}) {
+        RopeCase c;
+        c.seq = 37;
+        c.hq = 8;
+        c.hk = 1;
+        c.head_dim = d;
+        c.rotary_dim = frac == 1 ? 0 : r;
+        c.style = style;
+        c.seed = seed++;
+        expect_pass(c);
+        c.dtype = DType::kFloat32;
+        c.cs_dtype = DType::kBFloat16;
+        c.seed = seed++;
+        expect_pass(c);
+      }
+    }
+  }
+}
+
+TEST(GpuRope, DtypesSourcesAndTableDtypes) {
+  ROPENORM_REQUIRE_GPU();
+  uint64_t seed = 100;
+  for (DType dt : kFloatTypes) {
+    for (CosSinKind src : kSources) {
+      for (DType cs : kFloatTypes) {
+        if (src == CosSinKind::kInvFreq && cs != DType::kFloat32) continue;
+        for (int64_t d : {128, 80, 6}) {
+          for (RopeStyle style : {RopeStyle::kNeox, RopeStyle::kGptj}) {
+            RopeCase c;
+            c.batch = 3;
+            c.seq = 11;
+            c.hq = 4;
+            c.hk = 2;
+            c.head_dim = d;
+            c.rotary_dim = d == 128 ? 64 : 0;
+            c.style = style;
+            c.dtype = dt;
+            c.source = src;
+            c.cs_dtype = cs;
+            c.seed = seed++;
+            expect_pass(c);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(GpuRope, HeadCountsLayoutsInPlace) {
+  ROPENORM_REQUIRE_GPU();
+  uint64_t seed = 300;
+  struct Heads {
+    int64_t hq, hk;
+    bool has_k;
+  };
+  for (Heads hs : {Heads{32, 8, true}, Heads{8, 1, true}, Heads{4, 4, true}, Heads{8, 0, false}}) {
+    for (RopeLayout layout : {RopeLayout::kSeparate, RopeLayout::kPackedQkv, RopeLayout::kHfBhsd}) {
+      for (bool in_place : {false, true}) {
+        for (DType dt : {DType::kBFloat16, DType::kFloat32}) {
+          RopeCase c;
+          c.batch = 2;
+          c.seq = 19;
+          c.hq = hs.hq;
+          c.hk = hs.hk;
+          c.has_k = hs.has_k;
+          c.head_dim = 128;
+          c.layout = layout;
+          c.in_place = in_place;
+          c.dtype = dt;
+          c.seed = seed++;
+          expect_pass(c);
+          c.rotary_dim = 32;  // pass-through channels: copied out of place, untouched in place
+          c.style = RopeStyle::kGptj;
+          c.seed = seed++;
+          expect_pass(c);
+        }
+      }
+    }
+  }
+}
+
+TEST(GpuRope, PositionKinds) {
+  ROPENORM_REQUIRE_GPU();
+  uint64_t seed = 500;
+  for (RopePosKind pk :
+       {RopePosKind::kI32, RopePosKind::kI64, RopePosKind::kArange, RopePosKind::kArangeSeqOffs}) {
+    for (int64_t batch : {0, 1, 5}) {
+      for (bool flat : {false, true}) {
+        if (flat &&
+            (batch == 0 || pk == RopePosKind::kArange || pk == RopePosKind::kArangeSeqOffs)) {
+          continue;
+        }
+        for (CosSinKind src : {CosSinKind::kCache, CosSinKind::kHfCosSin, CosSinKind::kInvFreq}) {
+          RopeCase c;
+          c.batch = batch;
+          c.seq = 23;
+          c.hq = 8;
+          c.hk = 2;
+          c.head_dim = 64;
+          c.pos_kind = pk;
+          c.pos_flat = flat;
+          c.seq_offs_i64 = (seed % 2) == 0;
+          c.source = src;
+          c.table_rows = 300;
+          c.seed = seed++;
+          expect_pass(c);
+          c.check_positions = true;  // all positions valid: the checked mode must accept them
+          c.seed = seed++;
+          expect_pass(c);
+        }
+      }
+    }
+  }
+}
+
+// Positions up to 2^20 + 63: a large cache (only the used rows are built), the Hugging Face
+// tables gathered per token, and the in-kernel fp32 angle (which the oracle forms the same way).
+TEST(GpuRope, LargePositions) {
+  ROPENORM_REQUIRE_GPU();
+  uint64_t seed = 700;
+  for (CosSinKind src : kSources) {
+    for (DType dt : kFloatTypes) {
+      for (RopeStyle style : {RopeStyle::kNeox, RopeStyle::kGptj}) {
+        RopeCase c;
+        c.seq = 257;
+        c.hq = 4;
+        c.hk = 1;
+        // The Hugging Face table is two [P, R] tensors: 16-bit only, to keep them small.
+        if (src == CosSinKind::kHfCosSin && dt == DType::kFloat32) continue;
+        c.head_dim = 64;
+        c.dtype = dt;
+        c.style = style;
+        c.source = src;
+        c.cs_dtype = src == CosSinKind::kInvFreq ? DType::kFloat32 : dt;
+        c.table_rows = (int64_t{1} << 20) + 64;
+        c.theta = 500000.0;
+        c.pos_kind = (seed % 2) ? RopePosKind::kI64 : RopePosKind::kI32;
+        c.seed = seed++;
+        expect_pass(c);
+      }
+    }
+  }
+  // Arange deep into a long context, per-sequence offsets.
+  RopeCase c;
+  c.batch = 3;
+  c.seq = 64;
+  c.hq = 8;
+  c.hk = 8;
+  c.head_dim = 64;
+  c.table_rows = (int64_t{1} << 20) + 64;
+  c.theta = 1e6;
+  c.pos_kind = RopePosKind::kArangeSeqOffs;
+  c.seed = seed++;
+  expect_pass(c);
+}
+
+TEST(GpuRope, InvFreqAttentionScaling) {
+  ROPENORM_REQUIRE_GPU();
+  uint64_t seed = 800;
+  for (float scaling : {1.0f, 1.2079442f, 0.5f}) {
+    for (DType dt : kFloatTypes) {
+      RopeCase c;
+      c.batch = 2;
+      c.seq = 33;
+      c.hq = 8;
+      c.hk = 2;
+      c.head_dim = 96;
+      c.dtype = dt;
+      c.source = CosSinKind::kInvFreq;
+      c.attention_scaling = scaling;
+      c.table_rows = 200000;  // positions drawn up to 2e5 (no table is built for this source)
+      c.seed = seed++;
+      expect_pass(c);
+    }
+  }
+}
+
+// Storage offset 1 on every tensor: the scalar path, for every source, style and layout.
+TEST(GpuRope, MisalignedStorageOffset) {
+  ROPENORM_REQUIRE_GPU();
+  uint64_t seed = 900;
+  for (CosSinKind src : kSources) {
+    for (RopeLayout layout : {RopeLayout::kSeparate, RopeLayout::kPackedQkv, RopeLayout::kHfBhsd}) {
+      for (DType dt : {DType::kBFloat16, DType::kFloat16, DType::kFloat32}) {
+        for (bool in_place : {false, true}) {
+          RopeCase c;
+          c.batch = 2;
+          c.seq = 9;
+          c.hq = 4;
+          c.hk = 2;
+          c.head_dim = 128;
+          c.rotary_dim = 64;
+          c.dtype = dt;
+          c.source = src;
+          c.cs_dtype = DType::kBFloat16;
+          c.layout = layout;
+          c.storage_offset = 1;
+          c.in_place = in_place;
+          c.style = (seed % 2) ? RopeStyle::kGptj : RopeStyle::kNeox;
+          c.seed = seed++;
+          expect_pass(c);
+        }
+      }
+    }
+  }
+}
+
+TEST(GpuRope, InverseAgainstOracle) {
+  ROPENORM_REQUIRE_GPU();
+  uint64_t seed = 1000;
+  for (CosSinKind src : kSources) {
+    for (RopeStyle style : {RopeStyle::kNeox, RopeStyle::kGptj}) {
+      RopeCase c;
+      c.seq = 41;
+      c.hq = 8;
+      c.hk = 2;
+      c.head_dim = 80;
+      c.source = src;
+      c.style = style;
+      c.inverse = true;
+      c.seed = seed++;
+      expect_pass(c);
+    }
+  }
+}
+
+// Decode-like and large-token shapes of the standard benchmark set.
+TEST(GpuRope, StandardShapes) {
+  ROPENORM_REQUIRE_GPU();
+  uint64_t seed = 1100;
+  for (int64_t t : {1, 64, 1024, 8192}) {
+    for (int64_t d : {64, 128, 256}) {
+      RopeCase c;
+      c.seq = t;
+      c.hq = 32;
+      c.hk = 8;
+      c.head_dim = d;
+      c.layout = RopeLayout::kPackedQkv;
+      c.in_place = true;
+      c.seed = seed++;
+      expect_pass(c);
+    }
+  }
+}
+
+// Every pair's norm is kept (a rotation), within rounding.
+TEST(GpuRope, PairNormsPreserved) {
+  ROPENORM_REQUIRE_GPU();
+  for (CosSinKind src : kSources) {
+    for (RopeStyle style : {RopeStyle::kNeox, RopeStyle::kGptj}) {
+      RopeCase c;
+      c.seq = 29;
+      c.hq = 4;
+      c.hk = 0;
+      c.has_k = false;
+      c.head_dim = 64;
+      c.dtype = DType::kFloat32;
+      c.source = src;
+      c.style = style;
+      c.seed = 1200 + static_cast<uint64_t>(src) * 2 + static_cast<uint64_t>(style);
+      const auto in = verify::make_inputs(c);
+      const auto out = verify::run_case(c, in);
+      ASSERT_TRUE(out.passed) << out.summary;
+      const int64_t h = 32;
+      for (int64_t row = 0; row < c.seq * c.hq; ++row) {
+        for (int64_t i = 0; i < h; ++i) {
+          const int64_t ia = style == RopeStyle::kNeox ? i : 2 * i;
+          const int64_t ib = style == RopeStyle::kNeox ? i + h : 2 * i + 1;
+          const double n0 = std::hypot(in.q.get(row * 64 + ia), in.q.get(row * 64 + ib));
+          const double n1 = std::hypot(out.q_out.get(row * 64 + ia), out.q_out.get(row * 64 + ib));
+          ASSERT_NEAR(n1, n0, 1e-5 * (n0 + 1e-30)) << "row " << row << " pair " << i;
+        }
+      }
+    }
+  }
+}
+
+// rope(rope(x), inverse) == x within rounding.
+TEST(GpuRope, InverseUndoesForward) {
+  ROPENORM_REQUIRE_GPU();
+  for (CosSinKind src : kSources) {
+    for (RopeStyle style : {RopeStyle::kNeox, RopeStyle::kGptj}) {
+      RopeCase c;
+      c.batch = 2;
+      c.seq = 17;
+      c.hq = 4;
+      c.hk = 2;
+      c.head_dim = 128;
+      c.rotary_dim = 96;
+      c.dtype = DType::kFloat32;
+      c.source = src;
+      c.style = style;
+      c.seed = 1300 + static_cast<uint64_t>(src) * 2 + static_cast<uint64_t>(style);
+      const auto in = verify::make_inputs(c);
+      const auto fwd = verify::run_case(c, in);
+      ASSERT_TRUE(fwd.passed) << fwd.summary;
+      auto in2 = in;
+      in2.q = fwd.q_out;
+      in2.k = fwd.k_out;
+      RopeCase c2 = c;
+      c2.inverse = true;
+      const auto back = verify::run_case(c2, in2);
+      ASSERT_TRUE(back.passed) << back.summary;
+      for (int64_t i = 0; i < in.q.numel(); ++i) {
+        ASSERT_NEAR(back.q_out.get(i), in.q.get(i), 1e-5 * (1.0 + std::fabs(in.q.get(i)))) << i;
+      }
+      for (int64_t i = 0; i < in.k.numel(); ++i) {
+        ASSERT_NEAR(back.k_out.get(i), in.k.get(i), 1e-5 * (1.0 + std::fabs(in.k.get(i)))) << i;
+      }
+    }
+  }
+}
+
+// gptj on x equals neox on P x (P: channel 2i -> i, 2i + 1 -> h + i), bit for bit, mapped back.
+TEST(GpuRope, GptjIsNeoxAfterChannelPermutation) {
+  ROPENORM_REQUIRE_GPU();
+  for (DType dt : kFloatTypes) {
+    for (int64_t r : {128, 64, 6}) {
+      RopeCase c;
+      c.seq = 31;
+      c.hq = 4;
+      c.hk = 2;
+      c.head_dim = 128;
+      c.rotary_dim = r;
+      c.dtype = dt;
+      c.style = RopeStyle::kGptj;
+      c.seed = 1400 + static_cast<uint64_t>(r);
+      const auto in = verify::make_inputs(c);
+      const auto g = verify::run_case(c, in);
+      ASSERT_TRUE(g.passed) << g.summary;
+      const int64_t h = r / 2, d = c.head_dim;
+      auto permute = [&](const verify::HostTensor& x) {
+        verify::HostTensor y = x;
+        const size_t es = dtype_size(x.dtype);
+        for (int64_t row = 0; row < x.numel() / d; ++row) {
+          for (int64_t i = 0; i < h; ++i) {
+            std::memcpy(y.bytes.data() + (row * d + i) * es,
+                        x.bytes.data() + (row * d + 2 * i) * es, es);
+            std::memcpy(y.bytes.data() + (row * d + h + i) * es,
+                        x.bytes.data() + (row * d + 2 * i + 1) * es, es);
+          }
+        }
+        return y;
+      };
+      auto in2 = in;
+      in2.q = permute(in.q);
+      in2.k = permute(in.k);
+      RopeCase c2 = c;
+      c2.style = RopeStyle::kNeox;
+      const auto n = verify::run_case(c2, in2);
+      ASSERT_TRUE(n.passed) << n.summary;
+      const auto gq = permute(g.q_out);
+      const auto gk = permute(g.k_out);
+      for (int64_t i = 0; i < gq.numel(); ++i) ASSERT_EQ(gq.bits(i), n.q_out.bits(i)) << i;
+      for (int64_t i = 0; i < gk.numel(); ++i) ASSERT_EQ(gk.bits(i), n.k_out.bits(i)) << i;
+    }
+  }
+}
+
+// Token 0's output bits are the same whatever T (and whatever the block shape the plan picks).
+TEST(GpuRope, TokenResultIndependentOfT) {
+  ROPENORM_REQUIRE_GPU();
+  for (CosSinKind src : kSources) {
+    std::vector<std::vector<uint64_t>> first;
+    for (int64_t t : {1, 3, 64, 4097}) {
+      RopeCase c;
+      c.seq = t;
+      c.hq = 8;
+      c.hk = 2;
+      c.head_dim = 128;
+      c.source = src;
+      c.seed = 1500 + static_cast<uint64_t>(t);
+      auto in = verify::make_inputs(c);
+      RopeCase c1 = c;
+      c1.seq = 1;
+      c1.seed = 99;
+      const auto in1 = verify::make_inputs(c1);
+      const size_t qrow = static_cast<size_t>(c.hq * c.head_dim) * dtype_size(c.dtype);
+      const size_t krow = static_cast<size_t>(c.hk * c.head_dim) * dtype_size(c.dtype);
+      std::memcpy(in.q.bytes.data(), in1.q.bytes.data(), qrow);
+      std::memcpy(in.k.bytes.data(), in1.k.bytes.data(), krow);
+      in.positions[0] = 1234;
+      if (src == CosSinKind::kHfCosSinGathered) {
+        // Token 0's gathered row from the one-token inputs, with its position.
+        const size_t crow = static_cast<size_t>(c.rot()) * dtype_size(c.cs_dtype);
+        std::memcpy(in.cos.bytes.data(), in1.cos.bytes.data(), crow);
+        std::memcpy(in.sin.bytes.data(), in1.sin.bytes.data(), crow);
+      }
+      const auto out = verify::run_case(c, in);
+      ASSERT_TRUE(out.passed) << out.summary;
+      std::vector<uint64_t> bits;
+      for (int64_t i = 0; i < c.hq * c.head_dim; ++i) bits.push_back(out.q_out.bits(i));
+      for (int64_t i = 0; i < c.hk * c.head_dim; ++i) bits.push_back(out.k_out.bits(i));
+      first.push_back(bits);
+    }
+    for (size_t i = 1; i < first.size(); ++i) ASSERT_EQ(first[0], first[i]) << "run " << i;
+  }
+}
+
+// Checked mode: a position outside [0, P) fails before anything is written, naming the token.
+TEST(GpuRope, CheckedModeRejectsBadPosition) {
+  ROPENORM_REQUIRE_GPU();
+  for (RopePosKind pk : {RopePosKind::kI32, RopePosKind::kI64, RopePosKind::kArangeSeqOffs}) {
+    for (CosSinKind src : {CosSinKind::kCache, CosSinKind::kHfCosSin}) {
+      for (bool in_place : {false, true}) {
+        RopeCase c;
+        c.batch = 3;
+        c.seq = 10;
+        c.hq = 4;
+        c.hk = 1;
+        c.head_dim = 64;
+        c.pos_kind = pk;
+        c.source = src;
+        c.table_rows = 100;
+        c.check_positions = true;
+        c.in_place = in_place;
+        c.bad_token = 17;
+        c.seed = 1600 + static_cast<uint64_t>(pk);
+        const auto in = verify::make_inputs(c);
+        const auto out = verify::run_case(c, in);
+        ASSERT_FALSE(out.status.ok()) << out.summary;
+        const int64_t first_bad = pk == RopePosKind::kArangeSeqOffs ? 10 : 17;
+        EXPECT_NE(out.status.message().find("token " + std::to_string(first_bad)),
+                  std::string::npos)
+            << out.status.message();
+        EXPECT_NE(out.status.message().find("expected"), std::string::npos);
+        EXPECT_NE(out.status.message().find("received"), std::string::npos);
+        EXPECT_EQ(out.pad_written, 0) << out.summary;
+      }
+    }
+  }
+}
+
+// Zero tokens and zero heads: valid no-ops.
+TEST(GpuRope, ZeroSizeIsNoOp) {
+  ROPENORM_REQUIRE_GPU();
+  verify::DeviceBuffer q(64), cache(4 * 8 * 4), pos(8);
+  const Device d = Device::cuda(0);
+  RopeCosSin cs;
+  cs.cache = TensorRef::contiguous(cache.get(), DType::kFloat32, {4, 8}, d);
+  RopePositions p;
+  const TensorRef q0 = TensorRef::contiguous(q.get(), DType::kBFloat16, {0, 2, 8}, d);
+  p.positions = TensorRef::contiguous(pos.get(), DType::kInt32, {0}, d);
+  EXPECT_TRUE(rope(q0, TensorRef(), q0, TensorRef(), p, cs, RopeParams{}).ok());
+  const TensorRef qh = TensorRef::contiguous(q.get(), DType::kBFloat16, {2, 0, 8}, d);
+  p.positions = TensorRef::contiguous(pos.get(), DType::kInt32, {2}, d);
+  RopeParams checked;
+  checked.check_positions = true;
+  EXPECT_TRUE(rope(qh, TensorRef(), qh, TensorRef(), p, cs, checked).ok());
+  EXPECT_TRUE(verify::sync_device().ok());
+}
+
+// Element offsets beyond 2^31: a [2, 3, 2, 128] bf16 view whose batch stride is 2^31 + 64
+// elements (4 GiB apart), rotated in place; only the viewed bytes are uploaded and checked.
+TEST(GpuRope, SixtyFourBitOffsets) {
+  ROPENORM_REQUIRE_GPU();
+  const int64_t B = 2, S = 3, H = 2, D = 128, R = 128, P = 16;
+  const int64_t sb = (int64_t{1} << 31) + 64;
+  const size_t es = 2;
+  verify::DeviceBuffer buf(static_cast<size_t>(sb + S * H * D) * es);
+  std::mt19937_64 rng(42);
+  verify::HostTensor x(DType::kBFloat16, B * S * H * D);
+  ref::fill_normal(x, rng);
+  for (int64_t b = 0; b < B; ++b) {
+    buf.upload(x.bytes.data() + b * S * H * D * es, S * H * D * es,
+               static_cast<size_t>(b * sb) * es);
+  }
+  RopeConfig cfg;
+  cfg.rotary_dim = R;
+  verify::HostTensor cache(DType::kFloat32, P * R);
+  ASSERT_TRUE(build_rope_cache(cfg, P, DType::kFloat32, cache.bytes.data()).ok());
+  auto dcache = verify::to_device(cache);
+  std::vector<int64_t> posv = {5, 0, 15, 7, 7, 2};
+  verify::DeviceBuffer dpos(posv.size() * 8);
+  dpos.upload(posv.data(), posv.size() * 8);
+  const Device d = Device::cuda(0);
+  const TensorRef q(buf.get(), DType::kBFloat16, {B, S, H, D}, {sb, H * D, D, 1}, d);
+  RopePositions p;
+  p.positions = TensorRef::contiguous(dpos.get(), DType::kInt64, {B, S}, d);
+  RopeCosSin cs;
+  cs.cache = TensorRef::contiguous(dcache.get(), DType::kFloat32, {P, R}, d);
+  ASSERT_TRUE(rope(q, TensorRef(), q, TensorRef(), p, cs, RopeParams{}).ok());
+  ASSERT_TRUE(verify::sync_device().ok());
+  verify::HostTensor y(DType::kBFloat16, B * S * H * D);
+  for (int64_t b = 0; b < B; ++b) {
+    buf.download(y.bytes.data() + b * S * H * D * es, S * H * D * es,
+                 static_cast<size_t>(b * sb) * es);
+  }
+  const double tol = ref::tolerance_ulp("rope", "q_out", DType::kBFloat16);
+  std::vector<double> cv(R / 2), sv(R / 2), in(D), ref_out(D);
+  for (int64_t t = 0; t < B * S; ++t) {
+    for (int64_t i = 0; i < R / 2; ++i) {
+      cv[i] = cache.get(posv[t] * R + i);
+      sv[i] = cache.get(posv[t] * R + R / 2 + i);
+    }
+    for (int64_t hd = 0; hd < H; ++hd) {
+      const int64_t base = (t * H + hd) * D;
+      for (int64_t j = 0; j < D; ++j) in[j] = x.get(base + j);
+      ref::rope_rotate_ref(in.data(), ref_out.data(), D, R, RopeStyle::kNeox, cv.data(), sv.data(),
+                           false);
+      for (int64_t j = 0; j < D; ++j) {
+        const double rounded = ref::round_to_dtype(ref_out[j], DType::kBFloat16);
+        ASSERT_LE(std::fabs(y.get(base + j) - rounded) / ref::ulp_of(rounded, DType::kBFloat16),
+                  tol)
+            << "token " << t << " head " << hd << " ch " << j;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ropenorm

@@ -1,0 +1,115 @@
+// RoPE launch planning: the vector width from the head geometry, alignment and strides, and the
+// block shape (pairs x heads x tokens, at most kRopeBlockThreads threads).
+#include <gtest/gtest.h>
+
+#include <cstdint>
+
+#include "core/rope_plan.h"
+
+namespace ropenorm::core {
+namespace {
+
+alignas(16) unsigned char g_buf[4096];
+
+const void* at(int64_t byte_offset) { return g_buf + byte_offset; }
+
+TEST(CpuRopePlan, VectorWidthFromGeometry) {
+  // bf16, aligned, strides multiples of 8: the full 16-byte vector whenever h and D allow it.
+  auto w = [](int64_t half, int64_t d, int es) {
+    return rope_vector_width(half, d, es, {{at(0), es, {4096, 128}}, {at(0), 4, {128}}});
+  };
+  EXPECT_EQ(w(64, 128, 2), 8);  // D 128, full rotary
+  EXPECT_EQ(w(32, 128, 2), 8);  // R = 64
+  EXPECT_EQ(w(16, 128, 2), 8);  // R = 32
+  EXPECT_EQ(w(40, 80, 2), 8);   // D 80
+  EXPECT_EQ(w(20, 80, 2), 4);   // D 80, R 40
+  EXPECT_EQ(w(10, 80, 2), 2);   // D 80, R 20
+  EXPECT_EQ(w(48, 96, 2), 8);   // D 96
+  EXPECT_EQ(w(12, 96, 2), 4);   // D 96, R 24
+  EXPECT_EQ(w(17, 34, 2), 1);   // D 34: 17 pairs
+  EXPECT_EQ(w(3, 6, 2), 1);     // D 6
+  EXPECT_EQ(w(1, 2, 2), 1);     // D 2
+  EXPECT_EQ(w(256, 512, 2), 8);
+  EXPECT_EQ(w(64, 128, 4), 4);  // f32: 4 per 16 bytes
+  EXPECT_EQ(w(10, 80, 4), 2);
+  EXPECT_EQ(w(8, 34, 2), 2);  // h 8 but D 34: the pass-through tail forces 2
+}
+
+TEST(CpuRopePlan, VectorWidthFromAlignment) {
+  // Storage offset of one element on q: scalar.
+  EXPECT_EQ(rope_vector_width(64, 128, 2, {{at(2), 2, {128}}}), 1);
+  // Base aligned to 4 bytes only: two bf16 per access.
+  EXPECT_EQ(rope_vector_width(64, 128, 2, {{at(4), 2, {128}}}), 2);
+  // Base aligned to 8 bytes: four.
+  EXPECT_EQ(rope_vector_width(64, 128, 2, {{at(8), 2, {128}}}), 4);
+  // A token stride that is not a multiple of 8 elements limits the width.
+  EXPECT_EQ(rope_vector_width(64, 128, 2, {{at(0), 2, {132, 128}}}), 4);
+  EXPECT_EQ(rope_vector_width(64, 128, 2, {{at(0), 2, {130}}}), 2);
+  EXPECT_EQ(rope_vector_width(64, 128, 2, {{at(0), 2, {129}}}), 1);
+  // An f32 cache at a 4-byte offset limits a bf16 q to scalar (V f32 values need V * 4 bytes).
+  EXPECT_EQ(rope_vector_width(64, 128, 2, {{at(0), 2, {128}}, {at(4), 4, {128}}}), 1);
+  // A cache row stride that is not a multiple of V.
+  EXPECT_EQ(rope_vector_width(64, 128, 2, {{at(0), 2, {128}}, {at(0), 2, {132}}}), 4);
+  // Absent operands (k when there is none) do not count.
+  EXPECT_EQ(rope_vector_width(64, 128, 2, {{at(0), 2, {128}}, {nullptr, 2, {1}}}), 8);
+  // Zero strides (single-index dims) are multiples of everything.
+  EXPECT_EQ(rope_vector_width(64, 128, 2, {{at(0), 2, {0, 128, 0}}}), 8);
+}
+
+TEST(CpuRopePlan, BlockShape) {
+  // Decode, 32 q + 8 kv heads, bf16 D 128: 8 pair vectors x 32 heads, one token.
+  RopePlan p = plan_rope(1, 40, 64, 8);
+  EXPECT_EQ(p.vec, 8);
+  EXPECT_EQ(p.bx, 8);
+  EXPECT_EQ(p.by, 32);
+  EXPECT_EQ(p.bz, 1);
+  EXPECT_EQ(p.grid, 1);
+  // Many tokens: one token per block of 256 threads.
+  p = plan_rope(65536, 40, 64, 8);
+  EXPECT_EQ(p.bx * p.by * p.bz, 256);
+  EXPECT_EQ(p.grid, 65536);
+  // Few heads and pairs: several tokens per block.
+  p = plan_rope(1000, 8, 32, 8);
+  EXPECT_EQ(p.bx, 4);
+  EXPECT_EQ(p.by, 8);
+  EXPECT_EQ(p.bz, 8);
+  EXPECT_EQ(p.grid, 125);
+  // Many pair vectors (scalar D 512): 32 threads across, looping.
+  p = plan_rope(10, 2, 256, 1);
+  EXPECT_EQ(p.bx, 32);
+  EXPECT_EQ(p.by, 2);
+  EXPECT_EQ(p.bz, 4);
+  EXPECT_EQ(p.grid, 3);
+  // The grid is capped; the kernel loops over the rest.
+  p = plan_rope(int64_t{1} << 40, 40, 64, 8);
+  EXPECT_EQ(p.grid, kRopeMaxGrid);
+  // bz never exceeds the token count, nor CUDA's 64.
+  p = plan_rope(3, 1, 1, 1);
+  EXPECT_EQ(p.bz, 3);
+  p = plan_rope(1000, 1, 1, 1);
+  EXPECT_EQ(p.bz, 64);
+}
+
+TEST(CpuRopePlan, ThreadsWithinLimits) {
+  for (int64_t tokens : {1, 2, 7, 100, 100000}) {
+    for (int64_t heads : {1, 2, 9, 40, 128, 1000}) {
+      for (int64_t half : {1, 3, 17, 32, 64, 128, 256}) {
+        for (int vec : {1, 2, 4, 8}) {
+          if (half % vec != 0) continue;
+          const RopePlan p = plan_rope(tokens, heads, half, vec);
+          EXPECT_GE(p.bx, 1);
+          EXPECT_GE(p.by, 1);
+          EXPECT_GE(p.bz, 1);
+          EXPECT_LE(p.bx * p.by * p.bz, kRopeBlockThreads);
+          EXPECT_LE(p.bz, 64);
+          EXPECT_LE(p.by, heads);
+          EXPECT_LE(p.bx, 32);
+          EXPECT_GE(p.grid * p.bz, tokens < kRopeMaxGrid ? tokens : kRopeMaxGrid);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ropenorm::core
