@@ -23,7 +23,11 @@ using Launch = std::function<Status(cudaStream_t)>;
 /// `reps` copies of `bytes`).
 double measure_copy_gbps(size_t bytes, int reps, cudaStream_t stream);
 
-/// Median device time of `launch` with the L2 flushed (a memset of twice the L2 size) before
+/// Reads `bytes` of `buf` on the device (result discarded): evicts the L2 and leaves only clean
+/// lines in it, so the timed kernel neither hits in L2 nor pays for another buffer's write-back.
+Status flush_l2(const void* buf, size_t bytes, cudaStream_t stream);
+
+/// Median device time of `launch` with the L2 flushed (flush_l2 over twice the L2 size) before
 /// every sample.
 Status time_cold_l2(const Launch& launch, int reps, cudaStream_t stream, TimingStats* out);
 

@@ -58,15 +58,16 @@ DeviceInfo query_device() {
   std::ifstream f("/proc/driver/nvidia/version");
   std::string line;
   if (f && std::getline(f, line)) {
-    // "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04  ..."
+    // "NVRM version: NVIDIA UNIX ... Kernel Module ...  580.159.04  <date>": the first token
+    // made of digits and dots with at least one dot.
     std::istringstream is(line);
-    std::string tok, prev;
+    std::string tok;
     while (is >> tok) {
-      if (prev == "Module") {
+      if (tok.find('.') != std::string::npos &&
+          tok.find_first_not_of("0123456789.") == std::string::npos) {
         d.driver = tok;
         break;
       }
-      prev = tok;
     }
   }
   if (d.driver.empty()) {

@@ -3,6 +3,8 @@
 //   ropenorm verify [--quick]     every kernel against the float64 oracle on the standard shapes
 //   ropenorm bench  [--quick]     verify, then time against the unfused baseline; copy-bandwidth
 //                                 ceiling measured in the same run; JSON + CSV receipts
+//   ropenorm profile --op OP --m M --n N [--reps R]
+//                                 launch one kernel R times on random bf16 data (for ncu)
 // Without a GPU, verify and bench say so, run the oracle's self-checks, and exit 0.
 #include <CLI/CLI.hpp>
 #include <cmath>
@@ -17,6 +19,8 @@
 #include "device_info.h"
 #include "receipt.h"
 #include "reference/rms_norm_ref.h"
+#include "verify/device_buffer.h"
+#include "verify/rms_norm_case.h"
 
 namespace {
 
@@ -114,6 +118,48 @@ int run_main_job(bool timing, bool quick, const std::string& out_dir) {
   return failed == 0 ? 0 : 1;
 }
 
+int run_profile(const std::string& op, int64_t m, int64_t n, int reps) {
+  std::string reason;
+  if (!verify::gpu_available(&reason)) {
+    std::printf("no usable CUDA device: %s\n", reason.c_str());
+    return 0;
+  }
+  const bool fused = op == "add_rms_norm";
+  if (!fused && op != "rms_norm") {
+    std::fprintf(stderr, "profile: --op must be rms_norm or add_rms_norm, received %s\n",
+                 op.c_str());
+    return 2;
+  }
+  verify::RmsNormCase c;
+  c.m = m;
+  c.n = n;
+  c.fused = fused;
+  c.save_rstd = false;
+  const auto in = verify::make_inputs(c);
+  auto x = verify::to_device(in.x), w = verify::to_device(in.weight);
+  auto r = fused ? verify::to_device(in.residual) : verify::DeviceBuffer();
+  verify::DeviceBuffer y(in.x.bytes.size()), s(fused ? in.x.bytes.size() : 0);
+  const Device d = Device::cuda(0);
+  const DType dt = c.x_dtype;
+  const auto xv = TensorRef::contiguous(x.get(), dt, {m, n}, d);
+  const auto wv = TensorRef::contiguous(w.get(), dt, {n}, d);
+  const auto yv = TensorRef::contiguous(y.get(), dt, {m, n}, d);
+  for (int i = 0; i < reps; ++i) {
+    const Status st =
+        fused ? add_rms_norm(xv, TensorRef::contiguous(r.get(), dt, {m, n}, d), wv, yv,
+                             TensorRef::contiguous(s.get(), dt, {m, n}, d), TensorRef(), c.params)
+              : rms_norm(xv, wv, yv, TensorRef(), c.params);
+    if (!st.ok()) {
+      std::fprintf(stderr, "error: %s\n", st.message().c_str());
+      return 2;
+    }
+  }
+  const Status st = verify::sync_device();
+  std::printf("profile: %s M=%lld N=%lld x%d: %s\n", op.c_str(), static_cast<long long>(m),
+              static_cast<long long>(n), reps, st.ok() ? "ok" : st.message().c_str());
+  return st.ok() ? 0 : 2;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -127,7 +173,16 @@ int main(int argc, char** argv) {
   for (auto* sc : {verify, bench}) sc->add_flag("--quick", quick, "A few shapes only");
   bench->add_option("--out-dir", out_dir, "Folder for the JSON and CSV receipts")
       ->capture_default_str();
+  auto* profile = app.add_subcommand("profile", "Launch one kernel repeatedly (for profilers)");
+  std::string prof_op = "rms_norm";
+  int64_t prof_m = 4096, prof_n = 4096;
+  int prof_reps = 3;
+  profile->add_option("--op", prof_op, "rms_norm or add_rms_norm")->capture_default_str();
+  profile->add_option("--m", prof_m, "Rows")->capture_default_str();
+  profile->add_option("--n", prof_n, "Row width")->capture_default_str();
+  profile->add_option("--reps", prof_reps, "Launches")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  if (profile->parsed()) return run_profile(prof_op, prof_m, prof_n, prof_reps);
 
   if (info->parsed()) {
     const auto d = bench::query_device();

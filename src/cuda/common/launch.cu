@@ -48,4 +48,17 @@ int blocks_per_sm(const void* func, int threads, size_t dynamic_smem) {
   return nb;
 }
 
+int allow_dynamic_smem(const void* func, size_t bytes) {
+  static std::map<std::pair<int, const void*>, size_t> raised;
+  int dev = 0;
+  cudaGetDevice(&dev);
+  std::lock_guard<std::mutex> lock(g_mu);
+  auto& have = raised[std::make_pair(dev, func)];
+  if (have >= bytes) return cudaSuccess;
+  const cudaError_t e =
+      cudaFuncSetAttribute(func, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
+  if (e == cudaSuccess) have = bytes;
+  return static_cast<int>(e);
+}
+
 }  // namespace ropenorm::cuda

@@ -13,4 +13,8 @@ int device_sm_count();
 /// memory, on the current device (at least 1).
 int blocks_per_sm(const void* func, int threads, size_t dynamic_smem);
 
+/// Lets `func` use up to `bytes` of dynamic shared memory (raising the 48 KiB default once per
+/// kernel and device). Returns the CUDA error, if any.
+int allow_dynamic_smem(const void* func, size_t bytes);
+
 }  // namespace ropenorm::cuda

@@ -33,16 +33,11 @@ Status launch_persistent(Kernel kernel, const RmsNormKernelArgs& a, const core::
   const int64_t rows_per_block = p.path == core::RmsNormPath::kWarpPerRow ? p.rows_per_block : 1;
   const size_t smem = static_cast<size_t>(p.smem_bytes);
   if (smem > 48 * 1024) {
-    static bool raised = false;  // per kernel instantiation; idempotent if two threads race
-    if (!raised) {
-      const cudaError_t e = cudaFuncSetAttribute(
-          kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(core::kSmemBudget));
-      if (e != cudaSuccess) {
-        return Status(StatusCode::kDeviceError,
-                      std::string("rms_norm: cannot raise shared memory: ") +
-                          cudaGetErrorString(e));
-      }
-      raised = true;
+    const int e = allow_dynamic_smem(reinterpret_cast<const void*>(kernel), smem);
+    if (e != 0) {
+      return Status(StatusCode::kDeviceError,
+                    std::string("rms_norm: cannot raise shared memory to ") + std::to_string(smem) +
+                        " bytes: " + cudaGetErrorString(static_cast<cudaError_t>(e)));
     }
   }
   const int threads = static_cast<int>(block.x * block.y);

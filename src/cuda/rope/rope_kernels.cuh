@@ -9,7 +9,7 @@
 //    indices i0 = j * V .. i0 + V - 1). For each j it loads (or computes) c_i and s_i of its V
 //    pairs ONCE and keeps them in registers for all the heads it rotates.
 //  - Heads: threadIdx.y owns heads threadIdx.y, threadIdx.y + by, ... of the Hq + Hk heads of
-//    q then k, two at a time (both heads' loads issued before either is rotated and stored).
+//    q then k, two at a time (both heads' loads in flight before either is rotated and stored).
 //    A thread rotates the same pairs in each of its heads: neox reads the V-vectors at channels
 //    i0 and h + i0, gptj the V-vectors at channels 2 * i0 and 2 * i0 + V (V pairs interleaved).
 //  - Pass-through channels R .. D - 1 (out of place only): the block slice's bx * by threads
