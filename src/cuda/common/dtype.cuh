@@ -58,29 +58,113 @@ __device__ __forceinline__ float round_through(float v) {
   return to_float(from_float<T>(v));
 }
 
-/// V consecutive elements of T, aligned for vector access.
-template <typename T, int V>
-struct alignas(sizeof(T) * V <= 16 ? sizeof(T) * V : 16) Pack {
-  T v[V];
+/// How an element is held in registers between load and conversion: its bits (uint16_t) for the
+/// 16-bit types, the value for f32. Plain integer storage keeps the packs below trivially
+/// copyable, so each 16-byte chunk moves with one vector instruction (the cuda_bf16/cuda_fp16
+/// classes have user-defined copies, which split struct copies into 2-byte accesses).
+template <typename T>
+struct Storage {
+  using type = uint16_t;
+};
+template <>
+struct Storage<float> {
+  using type = float;
 };
 
-/// Load V elements of T starting at p (aligned) and widen to fp32.
+template <typename T>
+__device__ __forceinline__ float storage_to_float(typename Storage<T>::type s);
+template <>
+__device__ __forceinline__ float storage_to_float<float>(float s) {
+  return s;
+}
+template <>
+__device__ __forceinline__ float storage_to_float<bf16>(uint16_t s) {
+  return __bfloat162float(__ushort_as_bfloat16(s));
+}
+template <>
+__device__ __forceinline__ float storage_to_float<f16>(uint16_t s) {
+  return __half2float(__ushort_as_half(s));
+}
+
+template <typename T>
+__device__ __forceinline__ typename Storage<T>::type float_to_storage(float v);
+template <>
+__device__ __forceinline__ float float_to_storage<float>(float v) {
+  return v;
+}
+template <>
+__device__ __forceinline__ uint16_t float_to_storage<bf16>(float v) {
+  return __bfloat16_as_ushort(__float2bfloat16_rn(v));
+}
+template <>
+__device__ __forceinline__ uint16_t float_to_storage<f16>(float v) {
+  return __half_as_ushort(__float2half_rn(v));
+}
+
+/// V consecutive elements of T (as Storage<T>), aligned for vector access.
+template <typename T, int V>
+struct alignas(sizeof(T) * V <= 16 ? sizeof(T) * V : 16) Pack {
+  typename Storage<T>::type v[V];
+};
+
+/// The machine word of B bytes (B = 2, 4, 8 or 16).
+template <int B>
+struct Word;
+template <>
+struct Word<16> {
+  using type = uint4;
+};
+template <>
+struct Word<8> {
+  using type = uint2;
+};
+template <>
+struct Word<4> {
+  using type = uint32_t;
+};
+template <>
+struct Word<2> {
+  using type = uint16_t;
+};
+
+/// Loads / stores a pack of at most 16 bytes with one access of its size.
+template <typename P>
+__device__ __forceinline__ P load_word(const void* p) {
+  static_assert(sizeof(P) <= 16, "one access moves at most 16 bytes");
+  union {
+    typename Word<sizeof(P)>::type w;
+    P pk;
+  } u;
+  u.w = *reinterpret_cast<const typename Word<sizeof(P)>::type*>(p);
+  return u.pk;
+}
+template <typename P>
+__device__ __forceinline__ void store_word(void* p, const P& pk) {
+  union {
+    typename Word<sizeof(P)>::type w;
+    P pk;
+  } u;
+  u.pk = pk;
+  *reinterpret_cast<typename Word<sizeof(P)>::type*>(p) = u.w;
+}
+
+/// Load V elements of T starting at p (aligned to min(16, V * sizeof(T))) and widen to fp32.
 template <typename T, int V>
 __device__ __forceinline__ void load_pack(const T* p, float (&out)[V]) {
   constexpr int kPerChunk = (16 / sizeof(T)) < V ? (16 / sizeof(T)) : V;
   constexpr int kChunks = V / kPerChunk;
 #pragma unroll
   for (int c = 0; c < kChunks; ++c) {
-    Pack<T, kPerChunk> pk = *reinterpret_cast<const Pack<T, kPerChunk>*>(p + c * kPerChunk);
+    const Pack<T, kPerChunk> pk = load_word<Pack<T, kPerChunk>>(p + c * kPerChunk);
 #pragma unroll
-    for (int i = 0; i < kPerChunk; ++i) out[c * kPerChunk + i] = to_float(pk.v[i]);
+    for (int i = 0; i < kPerChunk; ++i) out[c * kPerChunk + i] = storage_to_float<T>(pk.v[i]);
   }
 }
 
 /// V elements of T as stored (no widening): half the registers of fp32 for 16-bit types.
 template <typename T, int V>
 struct RawVec {
-  T v[V];
+  typename Storage<T>::type v[V];
 };
 
 /// Load V elements of T without widening.
@@ -90,7 +174,7 @@ __device__ __forceinline__ void load_raw(const T* p, RawVec<T, V>& out) {
   constexpr int kChunks = V / kPerChunk;
 #pragma unroll
   for (int c = 0; c < kChunks; ++c) {
-    Pack<T, kPerChunk> pk = *reinterpret_cast<const Pack<T, kPerChunk>*>(p + c * kPerChunk);
+    const Pack<T, kPerChunk> pk = load_word<Pack<T, kPerChunk>>(p + c * kPerChunk);
 #pragma unroll
     for (int i = 0; i < kPerChunk; ++i) out.v[c * kPerChunk + i] = pk.v[i];
   }
@@ -100,7 +184,7 @@ __device__ __forceinline__ void load_raw(const T* p, RawVec<T, V>& out) {
 template <typename T, int V>
 __device__ __forceinline__ void widen(const RawVec<T, V>& in, float (&out)[V]) {
 #pragma unroll
-  for (int i = 0; i < V; ++i) out[i] = to_float(in.v[i]);
+  for (int i = 0; i < V; ++i) out[i] = storage_to_float<T>(in.v[i]);
 }
 
 /// Load one element of a run-time dtype as fp32.
@@ -119,8 +203,8 @@ __device__ __forceinline__ void store_pack(T* p, const float (&in)[V]) {
   for (int c = 0; c < kChunks; ++c) {
     Pack<T, kPerChunk> pk;
 #pragma unroll
-    for (int i = 0; i < kPerChunk; ++i) pk.v[i] = from_float<T>(in[c * kPerChunk + i]);
-    *reinterpret_cast<Pack<T, kPerChunk>*>(p + c * kPerChunk) = pk;
+    for (int i = 0; i < kPerChunk; ++i) pk.v[i] = float_to_storage<T>(in[c * kPerChunk + i]);
+    store_word(p + c * kPerChunk, pk);
   }
 }
 

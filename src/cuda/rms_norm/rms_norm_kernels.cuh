@@ -164,13 +164,12 @@ __device__ __forceinline__ void consume_row(const RmsNormKernelArgs& a, int64_t 
   for (int k = 0; k < VPT; ++k) {
     const int j = tid + k * nthreads;
     if (j < nbody) {
-      const Pack<Tx, V> xr = *reinterpret_cast<const Pack<Tx, V>*>(ring.x_slot(s, k));
-#pragma unroll
-      for (int i = 0; i < V; ++i) v[k][i] = to_float(xr.v[i]);
+      load_pack<Tx, V>(reinterpret_cast<const Tx*>(ring.x_slot(s, k)), v[k]);
       if constexpr (kFused) {
-        const Pack<Tr, V> rr = *reinterpret_cast<const Pack<Tr, V>*>(ring.r_slot(s, k));
+        float rv[V];
+        load_pack<Tr, V>(reinterpret_cast<const Tr*>(ring.r_slot(s, k)), rv);
 #pragma unroll
-        for (int i = 0; i < V; ++i) v[k][i] = round_through<Tr>(v[k][i] + to_float(rr.v[i]));
+        for (int i = 0; i < V; ++i) v[k][i] = round_through<Tr>(v[k][i] + rv[i]);
         store_pack<Tr, V>(s_row + p + static_cast<int64_t>(j) * V, v[k]);
       }
     } else {

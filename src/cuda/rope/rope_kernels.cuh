@@ -146,8 +146,7 @@ __device__ __forceinline__ void rope_copy_raw(const T* src, T* dst) {
   constexpr int kPerChunk = (16 / sizeof(T)) < V ? (16 / sizeof(T)) : V;
 #pragma unroll
   for (int c = 0; c < V / kPerChunk; ++c) {
-    *reinterpret_cast<Pack<T, kPerChunk>*>(dst + c * kPerChunk) =
-        *reinterpret_cast<const Pack<T, kPerChunk>*>(src + c * kPerChunk);
+    store_word(dst + c * kPerChunk, load_word<Pack<T, kPerChunk>>(src + c * kPerChunk));
   }
 }
 
