@@ -194,6 +194,38 @@ __device__ __forceinline__ float load_dyn(const void* base, DType dt, int64_t of
   return static_cast<const float*>(base)[off];
 }
 
+/// Stores a pack built from explicit 32-bit words (16-bit types: two elements per word) with one
+/// vector store per chunk (st.global.cg: outputs stream through L2, not L1).
+template <typename T, int K>
+__device__ __forceinline__ void store_chunk(T* p, const typename Storage<T>::type (&e)[K]) {
+  if constexpr (sizeof(T) == 4) {
+    if constexpr (K == 4) {
+      __stcg(reinterpret_cast<float4*>(p), make_float4(e[0], e[1], e[2], e[3]));
+    } else if constexpr (K == 2) {
+      __stcg(reinterpret_cast<float2*>(p), make_float2(e[0], e[1]));
+    } else {
+      *reinterpret_cast<float*>(p) = e[0];
+    }
+  } else {
+    if constexpr (K == 1) {
+      *reinterpret_cast<uint16_t*>(p) = e[0];
+    } else {
+      uint32_t w[K / 2];
+#pragma unroll
+      for (int i = 0; i < K / 2; ++i) {
+        w[i] = static_cast<uint32_t>(e[2 * i]) | (static_cast<uint32_t>(e[2 * i + 1]) << 16);
+      }
+      if constexpr (K == 8) {
+        __stcg(reinterpret_cast<uint4*>(p), make_uint4(w[0], w[1], w[2], w[3]));
+      } else if constexpr (K == 4) {
+        __stcg(reinterpret_cast<uint2*>(p), make_uint2(w[0], w[1]));
+      } else {
+        *reinterpret_cast<uint32_t*>(p) = w[0];
+      }
+    }
+  }
+}
+
 /// Narrow V fp32 values to T (one rounding each) and store at p (aligned).
 template <typename T, int V>
 __device__ __forceinline__ void store_pack(T* p, const float (&in)[V]) {
@@ -201,10 +233,10 @@ __device__ __forceinline__ void store_pack(T* p, const float (&in)[V]) {
   constexpr int kChunks = V / kPerChunk;
 #pragma unroll
   for (int c = 0; c < kChunks; ++c) {
-    Pack<T, kPerChunk> pk;
+    typename Storage<T>::type e[kPerChunk];
 #pragma unroll
-    for (int i = 0; i < kPerChunk; ++i) pk.v[i] = float_to_storage<T>(in[c * kPerChunk + i]);
-    store_word(p + c * kPerChunk, pk);
+    for (int i = 0; i < kPerChunk; ++i) e[i] = float_to_storage<T>(in[c * kPerChunk + i]);
+    store_chunk<T, kPerChunk>(p + c * kPerChunk, e);
   }
 }
 

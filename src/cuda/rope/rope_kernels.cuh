@@ -146,7 +146,8 @@ __device__ __forceinline__ void rope_copy_raw(const T* src, T* dst) {
   constexpr int kPerChunk = (16 / sizeof(T)) < V ? (16 / sizeof(T)) : V;
 #pragma unroll
   for (int c = 0; c < V / kPerChunk; ++c) {
-    store_word(dst + c * kPerChunk, load_word<Pack<T, kPerChunk>>(src + c * kPerChunk));
+    const Pack<T, kPerChunk> pk = load_word<Pack<T, kPerChunk>>(src + c * kPerChunk);
+    store_chunk<T, kPerChunk>(dst + c * kPerChunk, pk.v);
   }
 }
 
