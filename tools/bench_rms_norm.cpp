@@ -7,6 +7,7 @@
 #include <string>
 
 #include "baseline_rms_norm.h"
+#include "bench_common.h"
 #include "bench_timing.h"
 #include "core/checks.h"
 #include "ropenorm/rms_norm.h"
@@ -43,24 +44,6 @@ BaselineBuffers baseline_view(const ShapeBuffers& b, bool fused) {
   return BaselineBuffers{b.x.get(),   fused ? b.r.get() : nullptr, b.w.get(),
                          b.y.get(),   fused ? b.s.get() : nullptr, b.tmp.get(),
                          static_cast<float*>(b.rstd.get())};
-}
-
-Status time_launch(const BenchOptions& o, int64_t m, const Launch& launch, ResultRow* row) {
-  TimingStats t;
-  if (m <= o.graph_max_m) {
-    row->timing = "cuda_graph";
-    ROPENORM_TRY(time_graph(launch, o.graph_launches, o.graph_reps, o.stream, &t));
-  } else {
-    row->timing = "cold_l2";
-    ROPENORM_TRY(time_cold_l2(launch, o.cold_reps, o.stream, &t));
-  }
-  row->median_us = t.median_us;
-  row->min_us = t.min_us;
-  row->max_us = t.max_us;
-  row->samples = t.samples;
-  row->gbps = t.median_us > 0 ? static_cast<double>(row->bytes) / (t.median_us * 1e3) : 0;
-  row->pct_of_copy = o.copy_gbps > 0 ? 100.0 * row->gbps / o.copy_gbps : 0;
-  return Status::Ok();
 }
 
 void fill_errors(const verify::RmsNormOutcome& out, ResultRow* row) {
@@ -148,8 +131,8 @@ Status bench_rms_norm(const BenchOptions& o, std::vector<ResultRow>* rows, std::
           const Launch base_launch = [&](cudaStream_t st) {
             return baseline_rms_norm(bv, dt, m, n, p.eps, st);
           };
-          ROPENORM_TRY(time_launch(o, m, ours_launch, &ours));
-          ROPENORM_TRY(time_launch(o, m, base_launch, &base));
+          ROPENORM_TRY(time_launch(o, m <= o.graph_max_m, ours_launch, &ours));
+          ROPENORM_TRY(time_launch(o, m <= o.graph_max_m, base_launch, &base));
         }
         print_row(log, ours);
         print_row(log, base);

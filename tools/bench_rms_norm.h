@@ -9,22 +9,11 @@
 #include <ostream>
 #include <vector>
 
+#include "bench_options.h"
 #include "receipt.h"
 #include "ropenorm/status.h"
 
 namespace ropenorm::bench {
-
-struct BenchOptions {
-  std::vector<int64_t> ms = {1, 32, 512, 4096, 32768};
-  std::vector<int64_t> ns = {4096, 5120, 7168, 8192, 4095};
-  bool timing = true;     ///< false: verify only
-  int cold_reps = 30;     ///< cold-L2 samples per row
-  int graph_reps = 50;    ///< graph replays per row
-  int graph_launches = 20;  ///< launches captured per graph
-  int64_t graph_max_m = 512;  ///< rows up to this M are timed by graph replay
-  double copy_gbps = 0;   ///< ceiling measured in the same run
-  cudaStream_t stream = nullptr;  ///< a created (capturable) stream for all timing
-};
 
 /// Appends one ResultRow per (op, impl, shape) to *rows. Returns the first device error; a
 /// verification failure is recorded in the row (passed = false), not returned.

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "bench_rms_norm.h"
+#include "bench_rope.h"
 #include "bench_timing.h"
 #include "device_info.h"
 #include "receipt.h"
@@ -77,6 +78,7 @@ int run_main_job(bool timing, bool quick, const std::string& out_dir) {
   if (quick) {
     o.ms = {1, 512, 4096};
     o.ns = {4096, 4095};
+    o.rope_ts = {1, 1024, 16384};
   }
   if (timing) {
     o.copy_gbps = bench::measure_copy_gbps(size_t{1} << 30, 20, stream);
@@ -85,6 +87,7 @@ int run_main_job(bool timing, bool quick, const std::string& out_dir) {
   std::vector<bench::ResultRow> rows;
   bench::print_header(std::cout);
   Status st = bench::bench_rms_norm(o, &rows, std::cout);
+  if (st.ok()) st = bench::bench_rope(o, &rows, std::cout);
   cudaStreamDestroy(stream);
   if (!st.ok()) {
     std::fprintf(stderr, "error: %s\n", st.message().c_str());
@@ -112,7 +115,13 @@ int run_main_job(bool timing, bool quick, const std::string& out_dir) {
     std::printf("receipts: %s.json, %s.csv (re-read and checked)\n", stem.c_str(), stem.c_str());
     std::printf("\nsummary (bf16; ropenorm vs unfused baseline):\n");
     bench::print_header(std::cout);
-    for (const auto& r : rows) bench::print_row(std::cout, r);
+    for (const auto& r : rows) {
+      if (r.op == "rope") {
+        bench::print_rope_row(std::cout, r);
+      } else {
+        bench::print_row(std::cout, r);
+      }
+    }
   }
   std::printf("%d passed, %d failed\n", passed, failed);
   return failed == 0 ? 0 : 1;

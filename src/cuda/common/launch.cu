@@ -29,6 +29,22 @@ int device_sm_count() {
   return sms;
 }
 
+int device_cc_major() {
+  static std::map<int, int> cache;
+  int dev = 0;
+  cudaGetDevice(&dev);
+  std::lock_guard<std::mutex> lock(g_mu);
+  auto it = cache.find(dev);
+  if (it != cache.end()) return it->second;
+  int major = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) {
+    cudaGetLastError();
+    major = 0;
+  }
+  cache[dev] = major;
+  return major;
+}
+
 int blocks_per_sm(const void* func, int threads, size_t dynamic_smem) {
   static std::map<std::tuple<int, const void*, int, size_t>, int> cache;
   int dev = 0;

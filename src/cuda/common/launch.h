@@ -9,6 +9,9 @@ namespace ropenorm::cuda {
 /// Multiprocessors of the current device.
 int device_sm_count();
 
+/// Compute capability major version of the current device.
+int device_cc_major();
+
 /// Resident blocks per multiprocessor for kernel `func` at this block size and dynamic shared
 /// memory, on the current device (at least 1).
 int blocks_per_sm(const void* func, int threads, size_t dynamic_smem);

@@ -29,6 +29,7 @@
 #include "core/rms_norm_plan.h"
 #include "cuda/common/async_copy.cuh"
 #include "cuda/common/dtype.cuh"
+#include "cuda/common/pdl.cuh"
 #include "cuda/common/reduce.cuh"
 #include "cuda/rms_norm/rms_norm_args.h"
 #include "cuda/rms_norm/rms_norm_math.cuh"
@@ -78,6 +79,7 @@ __device__ __forceinline__ void stage_weight(const RmsNormKernelArgs& a, float* 
   const int flat = threadIdx.y * blockDim.x + threadIdx.x;
   const bool aligned = (reinterpret_cast<uintptr_t>(a.weight) & 15u) == 0;
   const int64_t chunks = a.n / 8;
+#pragma unroll 4
   for (int64_t c = flat; c < chunks; c += nthreads) {
     float w[8];
     if (aligned) {
@@ -203,8 +205,24 @@ __device__ __forceinline__ void consume_row(const RmsNormKernelArgs& a, int64_t 
       const int64_t col = p + static_cast<int64_t>(j) * V;
       float w[V];
       if (w_smem != nullptr) {
+        if constexpr (V % 4 == 0) {
+          if ((p & 3) == 0) {  // 16-byte aligned in shared memory: conflict-free float4 reads
 #pragma unroll
-        for (int i = 0; i < V; ++i) w[i] = w_smem[col + i];
+            for (int c = 0; c < V / 4; ++c) {
+              const float4 q = *reinterpret_cast<const float4*>(w_smem + col + 4 * c);
+              w[4 * c] = q.x;
+              w[4 * c + 1] = q.y;
+              w[4 * c + 2] = q.z;
+              w[4 * c + 3] = q.w;
+            }
+          } else {
+#pragma unroll
+            for (int i = 0; i < V; ++i) w[i] = w_smem[col + i];
+          }
+        } else {
+#pragma unroll
+          for (int i = 0; i < V; ++i) w[i] = w_smem[col + i];
+        }
       } else {
 #pragma unroll
         for (int i = 0; i < V; ++i) w[i] = weight_factor(a, nullptr, col + i);
@@ -255,6 +273,8 @@ __global__ void __launch_bounds__(core::kRowsMaxThreads) rms_norm_rows_kernel(
   int64_t row = kWarp ? static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y : blockIdx.x;
   Tx ex[S];
   Tnorm er[S];
+  griddep_wait();
+  griddep_launch_dependents();
   // Prologue: rows 0 .. S-2 of this thread's sequence into stages 0 .. S-2.
 #pragma unroll
   for (int s = 0; s < S - 1; ++s) {
@@ -289,6 +309,8 @@ __global__ void __launch_bounds__(core::kTwoPassThreads) rms_norm_two_pass_kerne
   constexpr bool kFused = !std::is_same_v<Tr, NoResidual>;
   __shared__ float scratch[32];
   const int tid = threadIdx.x;
+  griddep_wait();
+  griddep_launch_dependents();
   for (int64_t row = blockIdx.x; row < a.m; row += gridDim.x) {
     const Tx* x = static_cast<const Tx*>(a.x) + a.x_rows.offset(row);
     const Tr* r = nullptr;

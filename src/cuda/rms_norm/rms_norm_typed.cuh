@@ -9,6 +9,7 @@
 
 #include "core/rms_norm_plan.h"
 #include "cuda/common/launch.h"
+#include "cuda/common/pdl.cuh"
 #include "cuda/rms_norm/rms_norm_kernels.cuh"
 #include "cuda/rms_norm/rms_norm_typed.h"
 #include "ropenorm/status.h"
@@ -46,7 +47,11 @@ Status launch_persistent(Kernel kernel, const RmsNormKernelArgs& a, const core::
                            device_sm_count();
   int64_t grid = (a.m + rows_per_block - 1) / rows_per_block;
   if (grid > resident) grid = resident;
-  kernel<<<static_cast<unsigned>(grid), block, smem, s>>>(a);
+  const cudaError_t e = launch_with_pdl(kernel, dim3(static_cast<unsigned>(grid)), block, smem, s, a);
+  if (e != cudaSuccess) {
+    return Status(StatusCode::kDeviceError,
+                  std::string("rms_norm: kernel launch failed: ") + cudaGetErrorString(e));
+  }
   return Status::Ok();
 }
 
@@ -90,7 +95,13 @@ Status launch_path(const RmsNormKernelArgs& a, const core::RmsNormPlan& p, cudaS
       return launch_rows<Tx, Tr, V, false>(a, p, s);
     case core::RmsNormPath::kTwoPass: {
       int64_t grid = a.m < kMaxGrid ? a.m : kMaxGrid;
-      rms_norm_two_pass_kernel<Tx, Tr, V><<<grid, p.threads, 0, s>>>(a);
+      const cudaError_t e = launch_with_pdl(rms_norm_two_pass_kernel<Tx, Tr, V>,
+                                            dim3(static_cast<unsigned>(grid)), dim3(p.threads), 0,
+                                            s, a);
+      if (e != cudaSuccess) {
+        return Status(StatusCode::kDeviceError,
+                      std::string("rms_norm: kernel launch failed: ") + cudaGetErrorString(e));
+      }
       return Status::Ok();
     }
   }
