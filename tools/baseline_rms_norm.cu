@@ -2,10 +2,9 @@
 //
 // Ownership: rstd_kernel: block m owns row m, threads stride its columns; the elementwise
 // kernels: thread i owns element i (grid-stride), row = i / N.
-#include "baseline_rms_norm.h"
-
 #include <string>
 
+#include "baseline_rms_norm.h"
 #include "core/dispatch.h"
 #include "cuda/common/dtype.cuh"
 #include "cuda/common/reduce.cuh"

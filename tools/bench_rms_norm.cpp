@@ -41,8 +41,12 @@ ShapeBuffers upload(const verify::RmsNormInputs& in, int64_t m, int64_t n, bool 
 }
 
 BaselineBuffers baseline_view(const ShapeBuffers& b, bool fused) {
-  return BaselineBuffers{b.x.get(),   fused ? b.r.get() : nullptr, b.w.get(),
-                         b.y.get(),   fused ? b.s.get() : nullptr, b.tmp.get(),
+  return BaselineBuffers{b.x.get(),
+                         fused ? b.r.get() : nullptr,
+                         b.w.get(),
+                         b.y.get(),
+                         fused ? b.s.get() : nullptr,
+                         b.tmp.get(),
                          static_cast<float*>(b.rstd.get())};
 }
 
@@ -66,7 +70,8 @@ void print_header(std::ostream& os) {
 
 void print_row(std::ostream& os, const ResultRow& r) {
   std::string shape;
-  for (const auto& kv : r.shape) shape += (shape.empty() ? "" : " ") + kv.first + "=" + std::to_string(kv.second);
+  for (const auto& kv : r.shape)
+    shape += (shape.empty() ? "" : " ") + kv.first + "=" + std::to_string(kv.second);
   char buf[512];
   std::snprintf(buf, sizeof(buf), "%-13s %-9s %-5s %-16s %-10s %10.2f %9.1f %7.1f %8.2f %8.3f %s\n",
                 r.op.c_str(), r.impl.c_str(), r.dtype.c_str(), shape.c_str(), r.timing.c_str(),

@@ -1,11 +1,10 @@
 // Timing on the device (see bench_timing.h).
-#include "bench_timing.h"
-
-#include "core/checks.h"
-
 #include <algorithm>
 #include <string>
 #include <vector>
+
+#include "bench_timing.h"
+#include "core/checks.h"
 
 namespace ropenorm::bench {
 

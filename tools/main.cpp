@@ -60,9 +60,10 @@ int run_main_job(bool timing, bool quick, const std::string& out_dir) {
   std::printf("ropenorm %s: CUDA runtime %s, commit %s\n", timing ? "bench" : "verify",
               dev.cuda.c_str(), bench::source_commit().c_str());
   if (!dev.available) {
-    std::printf("no usable CUDA device (%s): GPU verification and timing skipped; "
-                "running the oracle self-checks only\n",
-                dev.reason.c_str());
+    std::printf(
+        "no usable CUDA device (%s): GPU verification and timing skipped; "
+        "running the oracle self-checks only\n",
+        dev.reason.c_str());
     const int f = oracle_self_checks();
     std::printf("%d passed, %d failed, %d skipped\n", 2 - f, f, 1);
     return f == 0 ? 0 : 1;
@@ -200,8 +201,8 @@ int main(int argc, char** argv) {
       std::printf("no usable CUDA device: %s\n", d.reason.c_str());
       return 0;
     }
-    std::printf("device %s, sm_%d%d, %d SMs, L2 %d bytes, driver %s\n", d.name.c_str(),
-                d.cc_major, d.cc_minor, d.sm_count, d.l2_bytes, d.driver.c_str());
+    std::printf("device %s, sm_%d%d, %d SMs, L2 %d bytes, driver %s\n", d.name.c_str(), d.cc_major,
+                d.cc_minor, d.sm_count, d.l2_bytes, d.driver.c_str());
     return 0;
   }
   return run_main_job(bench->parsed(), quick, out_dir);

@@ -13,10 +13,10 @@ namespace {
 
 using nlohmann::json;
 
-const char* const kCsvColumns[] = {"op",      "impl",   "dtype",       "shape",      "timing",
-                                   "median_us", "min_us", "max_us",    "samples",    "bytes",
-                                   "gbps",    "pct_of_copy", "max_err_ulp", "tol_ulp", "frac_exact",
-                                   "passed",  "note"};
+const char* const kCsvColumns[] = {
+    "op",          "impl",    "dtype",      "shape",  "timing", "median_us",
+    "min_us",      "max_us",  "samples",    "bytes",  "gbps",   "pct_of_copy",
+    "max_err_ulp", "tol_ulp", "frac_exact", "passed", "note"};
 
 std::string num(double v) {
   char buf[40];
@@ -26,27 +26,51 @@ std::string num(double v) {
 
 std::string shape_str(const ResultRow& r) {
   std::string s;
-  for (const auto& kv : r.shape) s += (s.empty() ? "" : ";") + kv.first + "=" + std::to_string(kv.second);
+  for (const auto& kv : r.shape)
+    s += (s.empty() ? "" : ";") + kv.first + "=" + std::to_string(kv.second);
   return s;
 }
 
 json row_json(const ResultRow& r) {
   json shape = json::object();
   for (const auto& kv : r.shape) shape[kv.first] = kv.second;
-  return json{{"op", r.op},           {"impl", r.impl},       {"dtype", r.dtype},
-              {"shape", shape},       {"timing", r.timing},   {"median_us", r.median_us},
-              {"min_us", r.min_us},   {"max_us", r.max_us},   {"samples", r.samples},
-              {"bytes", r.bytes},     {"gbps", r.gbps},       {"pct_of_copy", r.pct_of_copy},
-              {"max_err_ulp", r.max_err_ulp}, {"tol_ulp", r.tol_ulp},
-              {"frac_exact", r.frac_exact},   {"passed", r.passed}, {"note", r.note}};
+  return json{{"op", r.op},
+              {"impl", r.impl},
+              {"dtype", r.dtype},
+              {"shape", shape},
+              {"timing", r.timing},
+              {"median_us", r.median_us},
+              {"min_us", r.min_us},
+              {"max_us", r.max_us},
+              {"samples", r.samples},
+              {"bytes", r.bytes},
+              {"gbps", r.gbps},
+              {"pct_of_copy", r.pct_of_copy},
+              {"max_err_ulp", r.max_err_ulp},
+              {"tol_ulp", r.tol_ulp},
+              {"frac_exact", r.frac_exact},
+              {"passed", r.passed},
+              {"note", r.note}};
 }
 
 std::vector<std::string> csv_row(const ResultRow& r) {
-  return {r.op,          r.impl,           r.dtype,          shape_str(r),
-          r.timing,      num(r.median_us), num(r.min_us),    num(r.max_us),
-          std::to_string(r.samples),       std::to_string(r.bytes),
-          num(r.gbps),   num(r.pct_of_copy), num(r.max_err_ulp), num(r.tol_ulp),
-          num(r.frac_exact), r.passed ? "true" : "false", r.note};
+  return {r.op,
+          r.impl,
+          r.dtype,
+          shape_str(r),
+          r.timing,
+          num(r.median_us),
+          num(r.min_us),
+          num(r.max_us),
+          std::to_string(r.samples),
+          std::to_string(r.bytes),
+          num(r.gbps),
+          num(r.pct_of_copy),
+          num(r.max_err_ulp),
+          num(r.tol_ulp),
+          num(r.frac_exact),
+          r.passed ? "true" : "false",
+          r.note};
 }
 
 std::vector<std::string> split_csv(const std::string& line) {
@@ -72,9 +96,14 @@ Status mismatch(const std::string& file, const std::string& what) {
 
 Status write_and_check_receipt(const Receipt& r, const std::string& stem) {
   const std::string jpath = stem + ".json", cpath = stem + ".csv";
-  json j{{"device", r.device},       {"driver", r.driver}, {"cuda", r.cuda},
-         {"torch", r.torch},         {"commit", r.commit}, {"date", r.date},
-         {"copy_bandwidth_gbps", r.copy_bandwidth_gbps}, {"results", json::array()}};
+  json j{{"device", r.device},
+         {"driver", r.driver},
+         {"cuda", r.cuda},
+         {"torch", r.torch},
+         {"commit", r.commit},
+         {"date", r.date},
+         {"copy_bandwidth_gbps", r.copy_bandwidth_gbps},
+         {"results", json::array()}};
   for (const ResultRow& row : r.results) j["results"].push_back(row_json(row));
   {
     std::ofstream f(jpath);
@@ -118,8 +147,8 @@ Status write_and_check_receipt(const Receipt& r, const std::string& stem) {
     return mismatch(jpath, "header fields differ from what was written");
   }
   if (back["results"].size() != r.results.size()) {
-    return mismatch(jpath, "row count " + std::to_string(back["results"].size()) + " != " +
-                               std::to_string(r.results.size()));
+    return mismatch(jpath, "row count " + std::to_string(back["results"].size()) +
+                               " != " + std::to_string(r.results.size()));
   }
   for (size_t i = 0; i < r.results.size(); ++i) {
     if (back["results"][i] != row_json(r.results[i])) {
@@ -140,7 +169,8 @@ Status write_and_check_receipt(const Receipt& r, const std::string& stem) {
     if (rows >= r.results.size()) return mismatch(cpath, "more rows than written");
     const auto cells = split_csv(line);
     const auto expect = csv_row(r.results[rows]);
-    if (cells.size() != expect.size()) return mismatch(cpath, "row " + std::to_string(rows) + " column count");
+    if (cells.size() != expect.size())
+      return mismatch(cpath, "row " + std::to_string(rows) + " column count");
     for (size_t c = 0; c + 1 < expect.size(); ++c) {  // the note may have had commas replaced
       if (cells[c] != expect[c]) {
         return mismatch(cpath, "row " + std::to_string(rows) + " column " + header[c] + ": '" +

@@ -12,11 +12,11 @@
 namespace ropenorm::bench {
 
 struct ResultRow {
-  std::string op;      ///< "rms_norm", "add_rms_norm", ...
-  std::string impl;    ///< "ropenorm", "unfused", ...
-  std::string dtype;   ///< activation dtype
+  std::string op;                                      ///< "rms_norm", "add_rms_norm", ...
+  std::string impl;                                    ///< "ropenorm", "unfused", ...
+  std::string dtype;                                   ///< activation dtype
   std::vector<std::pair<std::string, int64_t>> shape;  ///< e.g. {{"M", 4096}, {"N", 4096}}
-  std::string timing;  ///< "cold_l2" or "cuda_graph"
+  std::string timing;                                  ///< "cold_l2" or "cuda_graph"
   double median_us = 0, min_us = 0, max_us = 0;
   int samples = 0;
   int64_t bytes = 0;       ///< bytes model: each input read once, each output written once

@@ -41,9 +41,9 @@ Status check_float_dtype(const char* op, const char* arg, const TensorRef& t) {
 
 Status check_last_dim_contiguous(const char* op, const char* arg, const TensorRef& t) {
   if (t.ndim >= 1 && t.sizes[t.ndim - 1] > 1 && t.strides[t.ndim - 1] != 1) {
-    return invalid_arg(op, arg, "last-dim stride 1",
-                       "stride " + std::to_string(t.strides[t.ndim - 1]) + " (" + t.describe() +
-                           ")");
+    return invalid_arg(
+        op, arg, "last-dim stride 1",
+        "stride " + std::to_string(t.strides[t.ndim - 1]) + " (" + t.describe() + ")");
   }
   return Status::Ok();
 }
@@ -69,8 +69,8 @@ Status check_same_shape(const char* op, const char* arg, const TensorRef& t, con
 
 Status check_data(const char* op, const char* arg, const TensorRef& t) {
   if (t.data == nullptr && t.numel() > 0) {
-    return invalid_arg(op, arg, "a non-null data pointer for " + std::to_string(t.numel()) +
-                                    " elements",
+    return invalid_arg(op, arg,
+                       "a non-null data pointer for " + std::to_string(t.numel()) + " elements",
                        "nullptr");
   }
   return Status::Ok();

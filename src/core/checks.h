@@ -8,10 +8,10 @@
 #include "ropenorm/tensor.h"
 
 /// Returns the Status of expr from the enclosing function when it is not ok.
-#define ROPENORM_TRY(expr)                 \
-  do {                                     \
-    ::ropenorm::Status st_ = (expr);       \
-    if (!st_.ok()) return st_;             \
+#define ROPENORM_TRY(expr)           \
+  do {                               \
+    ::ropenorm::Status st_ = (expr); \
+    if (!st_.ok()) return st_;       \
   } while (0)
 
 namespace ropenorm::core {

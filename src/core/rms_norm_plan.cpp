@@ -91,9 +91,8 @@ RmsNormPlan plan_rms_norm(int64_t n, int vec, int x_elem, int r_elem, bool has_w
   for (int stages : {4, 2}) {
     for (bool w_smem : {true, false}) {
       if (w_smem && !has_weight) continue;
-      const int64_t bytes =
-          scratch + (w_smem ? weight_bytes : 0) +
-          slices * ring_bytes(vec, p.vpt, stages, p.threads, x_elem, r_elem);
+      const int64_t bytes = scratch + (w_smem ? weight_bytes : 0) +
+                            slices * ring_bytes(vec, p.vpt, stages, p.threads, x_elem, r_elem);
       if (bytes <= kSmemBudget) {
         p.stages = stages;
         p.weight_in_smem = w_smem;

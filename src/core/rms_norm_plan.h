@@ -44,13 +44,13 @@ int rms_norm_vector_width(int64_t n, const AccessFacts& x,
 
 struct RmsNormPlan {
   RmsNormPath path = RmsNormPath::kBlockPerRow;
-  int vec = 1;             ///< elements per vector access
-  int vpt = 1;             ///< vectors per thread (register-resident paths)
-  int threads = 32;        ///< threads per row (32 for kWarpPerRow)
-  int rows_per_block = 1;  ///< kWarpPerRow: warps (rows in flight) per block
-  int stages = 4;          ///< shared-memory ring depth (rows paths)
+  int vec = 1;                  ///< elements per vector access
+  int vpt = 1;                  ///< vectors per thread (register-resident paths)
+  int threads = 32;             ///< threads per row (32 for kWarpPerRow)
+  int rows_per_block = 1;       ///< kWarpPerRow: warps (rows in flight) per block
+  int stages = 4;               ///< shared-memory ring depth (rows paths)
   bool weight_in_smem = false;  ///< (w + o) staged in shared memory as fp32
-  int64_t smem_bytes = 0;  ///< dynamic shared memory per block
+  int64_t smem_bytes = 0;       ///< dynamic shared memory per block
 };
 
 /// Largest number of vectors per thread the register-resident kernels are built for.
@@ -71,7 +71,8 @@ constexpr int64_t kSmemBudget = 200 * 1024;
 #if defined(__CUDACC__)
 __host__ __device__
 #endif
-constexpr int64_t ring_bytes(int v, int vpt, int stages, int threads, int x_elem, int r_elem) {
+    constexpr int64_t
+    ring_bytes(int v, int vpt, int stages, int threads, int x_elem, int r_elem) {
   return static_cast<int64_t>(stages) * vpt * threads * v * (x_elem + r_elem);
 }
 

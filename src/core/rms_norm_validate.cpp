@@ -43,8 +43,8 @@ Status validate_rms_norm(const RmsNormCall& c, int device) {
   if (c.fused) {
     ROPENORM_TRY(check_rows_tensor(op, "residual", c.residual, "x", c.x));
     if (c.residual.dtype != c.x.dtype && c.residual.dtype != DType::kFloat32) {
-      return invalid_arg(op, "residual", std::string("dtype ") + dtype_name(c.x.dtype) +
-                                             " (x's) or f32",
+      return invalid_arg(op, "residual",
+                         std::string("dtype ") + dtype_name(c.x.dtype) + " (x's) or f32",
                          dtype_name(c.residual.dtype), StatusCode::kUnsupported);
     }
     ROPENORM_TRY(check_rows_tensor(op, "residual_out", c.residual_out, "x", c.x));
@@ -63,8 +63,8 @@ Status validate_rms_norm(const RmsNormCall& c, int device) {
     ROPENORM_TRY(check_present(op, "weight", c.weight));
     ROPENORM_TRY(check_float_dtype(op, "weight", c.weight));
     if (c.weight.ndim != 1 || c.weight.sizes[0] != n) {
-      return invalid_arg(op, "weight",
-                         "shape [" + std::to_string(n) + "] (x's last dim)", c.weight.describe());
+      return invalid_arg(op, "weight", "shape [" + std::to_string(n) + "] (x's last dim)",
+                         c.weight.describe());
     }
     ROPENORM_TRY(check_last_dim_contiguous(op, "weight", c.weight));
     ROPENORM_TRY(check_data(op, "weight", c.weight));
@@ -89,9 +89,9 @@ Status validate_rms_norm(const RmsNormCall& c, int device) {
       return invalid_arg(op, "rstd", "dtype f32", dtype_name(c.rstd.dtype));
     }
     if (c.rstd.numel() != m || !is_contiguous(c.rstd)) {
-      return invalid_arg(op, "rstd",
-                         "a contiguous f32 tensor of " + std::to_string(m) + " elements (one per row)",
-                         c.rstd.describe());
+      return invalid_arg(
+          op, "rstd", "a contiguous f32 tensor of " + std::to_string(m) + " elements (one per row)",
+          c.rstd.describe());
     }
     ROPENORM_TRY(check_data(op, "rstd", c.rstd));
   }

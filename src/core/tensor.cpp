@@ -1,8 +1,9 @@
 // Implementation of the public tensor-view and status helpers (names, sizes, descriptions).
+#include "ropenorm/tensor.h"
+
 #include <sstream>
 
 #include "ropenorm/status.h"
-#include "ropenorm/tensor.h"
 
 namespace ropenorm {
 

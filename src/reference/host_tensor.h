@@ -1,5 +1,6 @@
 // Host-side test tensors: raw storage in any float dtype, element access as double, fresh
-// random fills, and copies to and from device buffers. Shared by the tests and the command-line verifier.
+// random fills, and copies to and from device buffers. Shared by the tests and the command-line
+// verifier.
 #pragma once
 
 #include <cstdint>
@@ -17,7 +18,8 @@ struct HostTensor {
   std::vector<unsigned char> bytes;
 
   HostTensor() = default;
-  HostTensor(DType dt, int64_t numel) : dtype(dt), bytes(static_cast<size_t>(numel) * dtype_size(dt)) {}
+  HostTensor(DType dt, int64_t numel)
+      : dtype(dt), bytes(static_cast<size_t>(numel) * dtype_size(dt)) {}
   int64_t numel() const { return static_cast<int64_t>(bytes.size() / dtype_size(dtype)); }
   /// Exact value of element i.
   double get(int64_t i) const;

@@ -33,10 +33,10 @@ DType coarser_dtype(DType a, DType b);
 
 /// Error statistics of outputs against the float64 reference.
 struct ErrorStats {
-  double max_ulp = 0.0;     ///< largest error in output ulps (inf for NaN/inf mismatches)
-  int64_t count = 0;        ///< elements compared
-  int64_t exact = 0;        ///< elements equal to the correctly rounded reference
-  int64_t worst_index = -1; ///< index of the largest error (first one)
+  double max_ulp = 0.0;      ///< largest error in output ulps (inf for NaN/inf mismatches)
+  int64_t count = 0;         ///< elements compared
+  int64_t exact = 0;         ///< elements equal to the correctly rounded reference
+  int64_t worst_index = -1;  ///< index of the largest error (first one)
   double worst_got = 0.0, worst_ref = 0.0;
 
   /// Adds one element: `got` as stored in `dtype`, `ref` the unrounded float64 value. The error

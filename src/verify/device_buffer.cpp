@@ -26,13 +26,13 @@ bool gpu_available(std::string* reason) {
 #include <cstdlib>
 
 // Verification cannot go on after a failed allocation or copy: report and stop.
-#define ROPENORM_CUDA_OK(expr)                                                        \
-  do {                                                                                \
-    const cudaError_t e_ = (expr);                                                    \
-    if (e_ != cudaSuccess) {                                                          \
-      std::fprintf(stderr, "%s failed: %s\n", #expr, cudaGetErrorString(e_));          \
-      std::abort();                                                                   \
-    }                                                                                 \
+#define ROPENORM_CUDA_OK(expr)                                                \
+  do {                                                                        \
+    const cudaError_t e_ = (expr);                                            \
+    if (e_ != cudaSuccess) {                                                  \
+      std::fprintf(stderr, "%s failed: %s\n", #expr, cudaGetErrorString(e_)); \
+      std::abort();                                                           \
+    }                                                                         \
   } while (0)
 
 DeviceBuffer::DeviceBuffer(size_t bytes) : bytes_(bytes) {

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "reference/rms_norm_ref.h"
-#include "verify/parallel.h"
 #include "verify/device_buffer.h"
+#include "verify/parallel.h"
 
 namespace ropenorm::verify {
 
@@ -190,9 +190,8 @@ RmsNormOutcome run_case(const RmsNormCase& c, const RmsNormInputs& in) {
   }
   if (c.has_weight) {
     // Weight sits after `storage_offset` elements too, so misalignment reaches every pointer.
-    std::vector<unsigned char> img(static_cast<size_t>(c.storage_offset + c.n) *
-                                       dtype_size(c.w_dtype),
-                                   0xFF);
+    std::vector<unsigned char> img(
+        static_cast<size_t>(c.storage_offset + c.n) * dtype_size(c.w_dtype), 0xFF);
     std::memcpy(img.data() + c.storage_offset * dtype_size(c.w_dtype), in.weight.bytes.data(),
                 in.weight.bytes.size());
     wb = DeviceBuffer(img.size());
@@ -205,10 +204,9 @@ RmsNormOutcome run_case(const RmsNormCase& c, const RmsNormInputs& in) {
 
   const TensorRef x = L.view(xb.get(), c.x_dtype);
   const TensorRef y = c.in_place ? x : L.view(yb.get(), y_dtype);
-  const TensorRef w = c.has_weight
-                          ? TensorRef(wb.at(c.storage_offset, c.w_dtype), c.w_dtype, {c.n}, {1},
-                                      Device::cuda(0))
-                          : TensorRef();
+  const TensorRef w = c.has_weight ? TensorRef(wb.at(c.storage_offset, c.w_dtype), c.w_dtype, {c.n},
+                                               {1}, Device::cuda(0))
+                                   : TensorRef();
   const TensorRef rstd =
       c.save_rstd ? TensorRef(sb.get(), DType::kFloat32, {c.m}, {1}, Device::cuda(0)) : TensorRef();
   if (c.fused) {
@@ -245,9 +243,8 @@ void check_outputs(const RmsNormCase& c, const RmsNormInputs& in, RmsNormOutcome
   const DType norm_dtype = c.fused ? c.res_dtype : c.x_dtype;
   // hf_llama rounds the normalised value to the norm input's dtype first: errors are measured in
   // ulps of the coarser of that dtype and y's.
-  const DType y_unit = c.params.rounding == Rounding::kHfLlama
-                           ? ref::coarser_dtype(y_dtype, norm_dtype)
-                           : y_dtype;
+  const DType y_unit =
+      c.params.rounding == Rounding::kHfLlama ? ref::coarser_dtype(y_dtype, norm_dtype) : y_dtype;
   out.tol_y = ref::tolerance_ulp(op, "y", y_unit, c.params.rounding);
   out.tol_rstd = ref::tolerance_ulp(op, "rstd", DType::kFloat32, c.params.rounding);
   out.tol_residual = ref::tolerance_ulp(op, "residual_out", c.res_dtype, c.params.rounding);

@@ -23,7 +23,7 @@ void expect_pass(const RmsNormCase& c) {
 }
 
 const DType kFloatTypes[] = {DType::kFloat32, DType::kFloat16, DType::kBFloat16};
-const int64_t kWidths[] = {1,    2,    3,    31,   70,    127,   255,   256,  769,
+const int64_t kWidths[] = {1,    2,    3,    31,   70,    127,   255,   256,   769,
                            3584, 4095, 5120, 8199, 16384, 65536, 65537, 262144};
 
 int64_t rows_for(int64_t n) {
@@ -98,8 +98,8 @@ TEST(GpuRmsNorm, MixedDtypesNoWeightOffsetRounding) {
 TEST(GpuRmsNorm, SpecialRows) {
   ROPENORM_REQUIRE_GPU();
   for (DType dt : kFloatTypes) {
-    for (Fill f : {Fill::kZero, Fill::kConstant, Fill::kAlternating, Fill::kExtreme,
-                   Fill::kNearMax, Fill::kSubnormal}) {
+    for (Fill f : {Fill::kZero, Fill::kConstant, Fill::kAlternating, Fill::kExtreme, Fill::kNearMax,
+                   Fill::kSubnormal}) {
       for (int64_t n : {31, 4096, 5120}) {
         RmsNormCase c;
         c.m = 7;
@@ -237,7 +237,8 @@ TEST(GpuRmsNorm, RowIsolation) {
       for (int64_t r = 0; r < c.m; ++r) {
         if (r == j) continue;
         for (int64_t k = 0; k < n; ++k) {
-          ASSERT_EQ(a.y_out.bits(r * n + k), b.y_out.bits(r * n + k)) << "row " << r << " col " << k;
+          ASSERT_EQ(a.y_out.bits(r * n + k), b.y_out.bits(r * n + k))
+              << "row " << r << " col " << k;
         }
         ASSERT_EQ(a.rstd_out.bits(r), b.rstd_out.bits(r)) << "rstd row " << r;
       }

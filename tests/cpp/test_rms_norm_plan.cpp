@@ -27,8 +27,8 @@ TEST(CpuRmsNormPlan, VectorWidth) {
   EXPECT_EQ(rms_norm_vector_width(4096, {a, 2, rows(4096)}, {{b, 2, rows(4096)}}), 8);
   EXPECT_EQ(rms_norm_vector_width(4096, {a, 4, rows(4096)}, {{b, 4, rows(4096)}}), 4);
   EXPECT_EQ(rms_norm_vector_width(4095, {a, 2, rows(4095)}, {{b, 2, rows(4095)}}), 8);
-  EXPECT_EQ(rms_norm_vector_width(4096, {g_buf + 2, 2, rows(4096)}, {{g_buf + 8194, 2, rows(4096)}}),
-            8);
+  EXPECT_EQ(
+      rms_norm_vector_width(4096, {g_buf + 2, 2, rows(4096)}, {{g_buf + 8194, 2, rows(4096)}}), 8);
   EXPECT_EQ(rms_norm_vector_width(70, {a, 2, rows(70)}, {{b, 2, rows(70)}}), 8);
   // Different phase between x and y: scalar.
   EXPECT_EQ(rms_norm_vector_width(4096, {g_buf + 2, 2, rows(4096)}, {{b, 2, rows(4096)}}), 1);

@@ -63,8 +63,8 @@ TEST(CpuRmsNormRef, ZeroRowIsZeroAndMeanUsesTrueWidth) {
 TEST(CpuRmsNormRef, HfLlamaRoundsTheNormalisedValueFirst) {
   // x*r rounded to bf16 before the weight multiply.
   std::vector<double> x = {1.0, 3.0}, w = {3.0, 3.0}, ye(2), yh(2);
-  rms_norm_row_ref(x.data(), w.data(), 2, 1e-12, 0.0, Rounding::kExact, DType::kBFloat16,
-                   ye.data(), nullptr);
+  rms_norm_row_ref(x.data(), w.data(), 2, 1e-12, 0.0, Rounding::kExact, DType::kBFloat16, ye.data(),
+                   nullptr);
   rms_norm_row_ref(x.data(), w.data(), 2, 1e-12, 0.0, Rounding::kHfLlama, DType::kBFloat16,
                    yh.data(), nullptr);
   const double r = 1.0 / std::sqrt(5.0 + 1e-12);

@@ -25,9 +25,12 @@ struct Buffers {
   std::vector<float> rstd = std::vector<float>(64 * M, std::numeric_limits<float>::quiet_NaN());
 
   bool outputs_untouched() const {
-    for (uint16_t v : y) if (v != 0xFFFF) return false;
-    for (uint16_t v : res_out) if (v != 0xFFFF) return false;
-    for (float v : rstd) if (!std::isnan(v)) return false;
+    for (uint16_t v : y)
+      if (v != 0xFFFF) return false;
+    for (uint16_t v : res_out)
+      if (v != 0xFFFF) return false;
+    for (float v : rstd)
+      if (!std::isnan(v)) return false;
     return true;
   }
 };
@@ -65,10 +68,14 @@ const std::vector<BadCase>& bad_cases() {
   const Device d = Device::cuda(0);
   static const std::vector<BadCase> cases = {
       {"weight length != N", false,
-       [d](auto& c, auto& b) { c.weight = TensorRef::contiguous(b.w.data(), DType::kBFloat16, {N - 1}, d); },
+       [d](auto& c, auto& b) {
+         c.weight = TensorRef::contiguous(b.w.data(), DType::kBFloat16, {N - 1}, d);
+       },
        "weight"},
       {"weight 2-D", false,
-       [d](auto& c, auto& b) { c.weight = TensorRef::contiguous(b.w.data(), DType::kBFloat16, {1, N}, d); },
+       [d](auto& c, auto& b) {
+         c.weight = TensorRef::contiguous(b.w.data(), DType::kBFloat16, {1, N}, d);
+       },
        "weight"},
       {"weight strided", false,
        [d](auto& c, auto& b) { c.weight = TensorRef(b.w.data(), DType::kBFloat16, {N}, {2}, d); },
@@ -77,29 +84,43 @@ const std::vector<BadCase>& bad_cases() {
       {"x int dtype", false, [](auto& c, auto&) { c.x.dtype = DType::kInt64; }, "x"},
       {"y int dtype", false, [](auto& c, auto&) { c.y.dtype = DType::kInt32; }, "y"},
       {"x last-dim stride 2", false,
-       [d](auto& c, auto& b) { c.x = TensorRef(b.x.data(), DType::kBFloat16, {M, N}, {2 * N, 2}, d); },
+       [d](auto& c, auto& b) {
+         c.x = TensorRef(b.x.data(), DType::kBFloat16, {M, N}, {2 * N, 2}, d);
+       },
        "x"},
       {"y last-dim stride 2", false,
-       [d](auto& c, auto& b) { c.y = TensorRef(b.y.data(), DType::kBFloat16, {M, N}, {2 * N, 2}, d); },
+       [d](auto& c, auto& b) {
+         c.y = TensorRef(b.y.data(), DType::kBFloat16, {M, N}, {2 * N, 2}, d);
+       },
        "y"},
       {"y shape mismatch", false,
-       [d](auto& c, auto& b) { c.y = TensorRef::contiguous(b.y.data(), DType::kBFloat16, {M, N + 1}, d); },
+       [d](auto& c, auto& b) {
+         c.y = TensorRef::contiguous(b.y.data(), DType::kBFloat16, {M, N + 1}, d);
+       },
        "y"},
       {"y rank mismatch", false,
-       [d](auto& c, auto& b) { c.y = TensorRef::contiguous(b.y.data(), DType::kBFloat16, {M * N}, d); },
+       [d](auto& c, auto& b) {
+         c.y = TensorRef::contiguous(b.y.data(), DType::kBFloat16, {M * N}, d);
+       },
        "y"},
       {"residual shape mismatch", true,
-       [d](auto& c, auto& b) { c.residual = TensorRef::contiguous(b.res.data(), DType::kBFloat16, {M + 1, N}, d); },
+       [d](auto& c, auto& b) {
+         c.residual = TensorRef::contiguous(b.res.data(), DType::kBFloat16, {M + 1, N}, d);
+       },
        "residual"},
       {"residual f16 with bf16 x", true, [](auto& c, auto&) { c.residual.dtype = DType::kFloat16; },
        "residual"},
       {"residual_out dtype != residual", true,
        [](auto& c, auto&) { c.residual_out.dtype = DType::kFloat32; }, "residual_out"},
       {"residual_out shape mismatch", true,
-       [d](auto& c, auto& b) { c.residual_out = TensorRef::contiguous(b.res_out.data(), DType::kBFloat16, {M, N - 1}, d); },
+       [d](auto& c, auto& b) {
+         c.residual_out = TensorRef::contiguous(b.res_out.data(), DType::kBFloat16, {M, N - 1}, d);
+       },
        "residual_out"},
       {"residual given to plain op", false,
-       [d](auto& c, auto& b) { c.residual = TensorRef::contiguous(b.res.data(), DType::kBFloat16, {M, N}, d); },
+       [d](auto& c, auto& b) {
+         c.residual = TensorRef::contiguous(b.res.data(), DType::kBFloat16, {M, N}, d);
+       },
        "residual"},
       {"eps NaN", false, [](auto& c, auto&) { c.params.eps = std::nanf(""); }, "eps"},
       {"eps inf", false, [](auto& c, auto&) { c.params.eps = INFINITY; }, "eps"},
@@ -119,7 +140,9 @@ const std::vector<BadCase>& bad_cases() {
       {"null y with data", false, [](auto& c, auto&) { c.y.data = nullptr; }, "y"},
       {"null weight with data", false, [](auto& c, auto&) { c.weight.data = nullptr; }, "weight"},
       {"rstd wrong length", false,
-       [d](auto& c, auto& b) { c.rstd = TensorRef::contiguous(b.rstd.data(), DType::kFloat32, {M + 1}, d); },
+       [d](auto& c, auto& b) {
+         c.rstd = TensorRef::contiguous(b.rstd.data(), DType::kFloat32, {M + 1}, d);
+       },
        "rstd"},
       {"rstd bf16", false, [](auto& c, auto&) { c.rstd.dtype = DType::kBFloat16; }, "rstd"},
       {"rstd strided", false,
@@ -136,7 +159,9 @@ const std::vector<BadCase>& bad_cases() {
        },
        "y"},
       {"y aliases its own rows", false,
-       [d](auto& c, auto& b) { c.y = TensorRef(b.y.data(), DType::kBFloat16, {M, N}, {0, 1}, d); },
+       [d](auto& c, auto& b) {
+         c.y = TensorRef(b.y.data(), DType::kBFloat16, {M, N}, {0, 1}, d);
+       },
        "y"},
       {"y == x but different dtype view", false,
        [d](auto& c, auto& b) {
@@ -164,7 +189,9 @@ const std::vector<BadCase>& bad_cases() {
        },
        "residual_out"},
       {"negative stride", false,
-       [d](auto& c, auto& b) { c.x = TensorRef(b.x.data(), DType::kBFloat16, {M, N}, {-N, 1}, d); },
+       [d](auto& c, auto& b) {
+         c.x = TensorRef(b.x.data(), DType::kBFloat16, {M, N}, {-N, 1}, d);
+       },
        "x"},
       {"x on the CPU", false, [](auto& c, auto&) { c.x.device = Device::cpu(); }, "x"},
       {"y on another GPU", false, [](auto& c, auto&) { c.y.device = Device::cuda(1); }, "y"},

@@ -71,8 +71,8 @@ int allow_dynamic_smem(const void* func, size_t bytes) {
   std::lock_guard<std::mutex> lock(g_mu);
   auto& have = raised[std::make_pair(dev, func)];
   if (have >= bytes) return cudaSuccess;
-  const cudaError_t e =
-      cudaFuncSetAttribute(func, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
+  const cudaError_t e = cudaFuncSetAttribute(func, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             static_cast<int>(bytes));
   if (e == cudaSuccess) have = bytes;
   return static_cast<int>(e);
 }

@@ -45,8 +45,8 @@ __device__ __forceinline__ int row_phase(const T* row, int64_t n) {
   if constexpr (V == 1) {
     return 0;
   } else {
-    const int p = static_cast<int>(((16u - (reinterpret_cast<uintptr_t>(row) & 15u)) & 15u) /
-                                   sizeof(T));
+    const int p =
+        static_cast<int>(((16u - (reinterpret_cast<uintptr_t>(row) & 15u)) & 15u) / sizeof(T));
     return p > n ? static_cast<int>(n) : p;
   }
 }
@@ -118,8 +118,8 @@ struct Ring {
 /// Starts the copies of one row's share into stage s and loads its edge element.
 template <typename Tx, typename Tr, int V, int VPT, int S>
 __device__ __forceinline__ void issue_row(const RmsNormKernelArgs& a, int64_t row, int s,
-                                          const Ring<Tx, Tr, V, VPT, S>& ring,
-                                          Tx& ex, NormInputT<Tx, Tr>& er) {
+                                          const Ring<Tx, Tr, V, VPT, S>& ring, Tx& ex,
+                                          NormInputT<Tx, Tr>& er) {
   using R = Ring<Tx, Tr, V, VPT, S>;
   const Tx* x = static_cast<const Tx*>(a.x) + a.x_rows.offset(row);
   const int p = row_phase<Tx, V>(x, a.n);
@@ -249,8 +249,8 @@ __device__ __forceinline__ void consume_row(const RmsNormKernelArgs& a, int64_t 
 /// row. Dynamic shared memory: 32 floats of scratch, n floats of weight when a.weight_in_smem
 /// (rounded up to 16 bytes), then the ring (x region, then residual region).
 template <typename Tx, typename Tr, int V, int VPT, int S, bool kWarp>
-__global__ void __launch_bounds__(core::kRowsMaxThreads) rms_norm_rows_kernel(
-    const RmsNormKernelArgs a) {
+__global__ void __launch_bounds__(core::kRowsMaxThreads)
+    rms_norm_rows_kernel(const RmsNormKernelArgs a) {
   using R = Ring<Tx, Tr, V, VPT, S>;
   using Tnorm = NormInputT<Tx, Tr>;
   extern __shared__ __align__(16) unsigned char smem[];
@@ -304,7 +304,8 @@ __global__ void __launch_bounds__(core::kRowsMaxThreads) rms_norm_rows_kernel(
 
 /// Two-pass kernel for rows wider than the register budget (weight read from global memory).
 template <typename Tx, typename Tr, int V>
-__global__ void __launch_bounds__(core::kTwoPassThreads) rms_norm_two_pass_kernel(const RmsNormKernelArgs a) {
+__global__ void __launch_bounds__(core::kTwoPassThreads)
+    rms_norm_two_pass_kernel(const RmsNormKernelArgs a) {
   using Tnorm = NormInputT<Tx, Tr>;
   constexpr bool kFused = !std::is_same_v<Tr, NoResidual>;
   __shared__ float scratch[32];

@@ -65,8 +65,8 @@ Status run_rms_norm(const core::RmsNormCall& c, Stream stream) {
             return cuda::launch_rms_norm_typed<Tx, float>(a, plan, s);
           }
         }
-        return core::invalid_arg(op, "residual", "dtype of x or f32",
-                                 dtype_name(c.residual.dtype), StatusCode::kUnsupported);
+        return core::invalid_arg(op, "residual", "dtype of x or f32", dtype_name(c.residual.dtype),
+                                 StatusCode::kUnsupported);
       });
 }
 

@@ -27,6 +27,8 @@ ROPENORM_MATH_HD float rms_apply_exact(float x, float rstd, float w_factor) {
 
 /// hf_llama-mode output before the final rounding, given the normalised value already rounded
 /// to the norm input's dtype: (w + o) * t.
-ROPENORM_MATH_HD float rms_apply_hf(float t_rounded, float w_factor) { return w_factor * t_rounded; }
+ROPENORM_MATH_HD float rms_apply_hf(float t_rounded, float w_factor) {
+  return w_factor * t_rounded;
+}
 
 }  // namespace ropenorm::cuda

@@ -29,8 +29,8 @@ inline Status bad_plan(const char* what, int value) {
 template <typename Kernel>
 Status launch_persistent(Kernel kernel, const RmsNormKernelArgs& a, const core::RmsNormPlan& p,
                          cudaStream_t s) {
-  const dim3 block = p.path == core::RmsNormPath::kWarpPerRow ? dim3(32, p.rows_per_block)
-                                                               : dim3(p.threads);
+  const dim3 block =
+      p.path == core::RmsNormPath::kWarpPerRow ? dim3(32, p.rows_per_block) : dim3(p.threads);
   const int64_t rows_per_block = p.path == core::RmsNormPath::kWarpPerRow ? p.rows_per_block : 1;
   const size_t smem = static_cast<size_t>(p.smem_bytes);
   if (smem > 48 * 1024) {
@@ -42,12 +42,13 @@ Status launch_persistent(Kernel kernel, const RmsNormKernelArgs& a, const core::
     }
   }
   const int threads = static_cast<int>(block.x * block.y);
-  const int64_t resident = static_cast<int64_t>(blocks_per_sm(
-                               reinterpret_cast<const void*>(kernel), threads, smem)) *
-                           device_sm_count();
+  const int64_t resident =
+      static_cast<int64_t>(blocks_per_sm(reinterpret_cast<const void*>(kernel), threads, smem)) *
+      device_sm_count();
   int64_t grid = (a.m + rows_per_block - 1) / rows_per_block;
   if (grid > resident) grid = resident;
-  const cudaError_t e = launch_with_pdl(kernel, dim3(static_cast<unsigned>(grid)), block, smem, s, a);
+  const cudaError_t e =
+      launch_with_pdl(kernel, dim3(static_cast<unsigned>(grid)), block, smem, s, a);
   if (e != cudaSuccess) {
     return Status(StatusCode::kDeviceError,
                   std::string("rms_norm: kernel launch failed: ") + cudaGetErrorString(e));
@@ -95,9 +96,9 @@ Status launch_path(const RmsNormKernelArgs& a, const core::RmsNormPlan& p, cudaS
       return launch_rows<Tx, Tr, V, false>(a, p, s);
     case core::RmsNormPath::kTwoPass: {
       int64_t grid = a.m < kMaxGrid ? a.m : kMaxGrid;
-      const cudaError_t e = launch_with_pdl(rms_norm_two_pass_kernel<Tx, Tr, V>,
-                                            dim3(static_cast<unsigned>(grid)), dim3(p.threads), 0,
-                                            s, a);
+      const cudaError_t e =
+          launch_with_pdl(rms_norm_two_pass_kernel<Tx, Tr, V>, dim3(static_cast<unsigned>(grid)),
+                          dim3(p.threads), 0, s, a);
       if (e != cudaSuccess) {
         return Status(StatusCode::kDeviceError,
                       std::string("rms_norm: kernel launch failed: ") + cudaGetErrorString(e));
@@ -134,8 +135,8 @@ Status launch_rms_norm_typed(const RmsNormKernelArgs& a, const core::RmsNormPlan
   return Status::Ok();
 }
 
-#define ROPENORM_INSTANTIATE_RMS_NORM(Tx, Tr)                                             \
-  template Status launch_rms_norm_typed<Tx, Tr>(const RmsNormKernelArgs&,                 \
+#define ROPENORM_INSTANTIATE_RMS_NORM(Tx, Tr)                             \
+  template Status launch_rms_norm_typed<Tx, Tr>(const RmsNormKernelArgs&, \
                                                 const core::RmsNormPlan&, cudaStream_t);
 
 }  // namespace ropenorm::cuda
