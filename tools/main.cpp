@@ -95,8 +95,16 @@ int run_main_job(bool timing, bool quick, const std::string& out_dir) {
     return 2;
   }
 
-  int passed = 0, failed = 0;
-  for (const auto& r : rows) (r.passed ? passed : failed)++;
+  // ropenorm's rows decide the exit status; a baseline outside its tolerance is flagged in its
+  // row (passed = false, with the reason in the note) but is not this library's failure.
+  int passed = 0, failed = 0, peers_flagged = 0;
+  for (const auto& r : rows) {
+    if (r.impl == "ropenorm") {
+      (r.passed ? passed : failed)++;
+    } else if (!r.passed) {
+      ++peers_flagged;
+    }
+  }
   if (timing) {
     bench::Receipt rc;
     rc.device = dev.name;
@@ -123,6 +131,10 @@ int run_main_job(bool timing, bool quick, const std::string& out_dir) {
         bench::print_row(std::cout, r);
       }
     }
+  }
+  if (peers_flagged > 0) {
+    std::printf("%d baseline rows outside their tolerance against the oracle (see their notes)\n",
+                peers_flagged);
   }
   std::printf("%d passed, %d failed\n", passed, failed);
   return failed == 0 ? 0 : 1;

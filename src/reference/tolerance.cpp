@@ -1,6 +1,7 @@
 // The tolerance table and the ulp error measure (see tolerance.h).
 #include "reference/tolerance.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -105,6 +106,11 @@ void ErrorStats::add(double got, double ref, DType dtype, int64_t index) {
 }
 
 void ErrorStats::add(double got, double ref, DType dtype, int64_t index, DType unit) {
+  add_allowing(got, ref, dtype, index, unit, 0.0);
+}
+
+void ErrorStats::add_allowing(double got, double ref, DType dtype, int64_t index, DType unit,
+                              double allow) {
   ++count;
   const double rounded = round_to_dtype(ref, dtype);
   double err;
@@ -113,9 +119,9 @@ void ErrorStats::add(double got, double ref, DType dtype, int64_t index, DType u
   } else if (std::isinf(rounded) || std::isinf(got)) {
     err = (got == rounded) ? 0.0 : std::numeric_limits<double>::infinity();
   } else {
-    err = std::fabs(got - rounded) / ulp_of(rounded, unit);
+    err = std::max(0.0, std::fabs(got - rounded) - allow) / ulp_of(rounded, unit);
   }
-  if (err == 0.0) ++exact;
+  if (got == rounded || (std::isnan(got) && std::isnan(rounded))) ++exact;
   if (worst_index < 0 || err > max_ulp) {
     max_ulp = err;
     worst_index = index;

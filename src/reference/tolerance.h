@@ -43,6 +43,9 @@ struct ErrorStats {
   /// is |got - round(dtype, ref)| in ulps of `unit` at that value (default: dtype).
   void add(double got, double ref, DType dtype, int64_t index);
   void add(double got, double ref, DType dtype, int64_t index, DType unit);
+  /// As add, with an absolute allowance `allow` subtracted from |got - round(ref)| before the
+  /// scaling (for references whose own rounding steps are known, such as a baseline's).
+  void add_allowing(double got, double ref, DType dtype, int64_t index, DType unit, double allow);
   void merge(const ErrorStats& o);
   double frac_exact() const { return count ? static_cast<double>(exact) / count : 1.0; }
 };

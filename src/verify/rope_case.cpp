@@ -187,38 +187,6 @@ double fp32_angle(int64_t p, float f) {
 
 }  // namespace
 
-void RopeErrorStats::add(double got, double ref, DType dtype, double allow, int64_t index) {
-  ++count;
-  const double rounded = ref::round_to_dtype(ref, dtype);
-  double err;
-  if (std::isnan(rounded) || std::isnan(got)) {
-    err = (std::isnan(rounded) && std::isnan(got)) ? 0.0 : std::numeric_limits<double>::infinity();
-  } else if (std::isinf(rounded) || std::isinf(got)) {
-    err = (got == rounded) ? 0.0 : std::numeric_limits<double>::infinity();
-  } else {
-    const double diff = std::max(0.0, std::fabs(got - rounded) - allow);
-    err = diff / ref::ulp_of(rounded, dtype);
-  }
-  if (got == rounded) ++exact;
-  if (worst_index < 0 || err > max_ulp) {
-    max_ulp = err;
-    worst_index = index;
-    worst_got = got;
-    worst_ref = ref;
-  }
-}
-
-void RopeErrorStats::merge(const RopeErrorStats& o) {
-  if (o.worst_index >= 0 && (worst_index < 0 || o.max_ulp > max_ulp)) {
-    max_ulp = o.max_ulp;
-    worst_index = o.worst_index;
-    worst_got = o.worst_got;
-    worst_ref = o.worst_ref;
-  }
-  count += o.count;
-  exact += o.exact;
-}
-
 std::string describe(const RopeCase& c) {
   std::ostringstream os;
   os << "rope " << dtype_name(c.dtype);
@@ -513,7 +481,7 @@ RopeOutcome run_case(const RopeCase& c, const RopeInputs& in) {
               const double norm = std::hypot(x[ia], x[ib]) * std::fabs(scaling);
               allow = out.tol_term * ref::ulp_of(norm, DType::kFloat32);
             }
-            es_.add(got.get(base + j), y[j], c.dtype, allow, base + j);
+            es_.add_allowing(got.get(base + j), y[j], c.dtype, base + j, c.dtype, allow);
           }
           for (int64_t j = r; j < d; ++j) tails += got.bits(base + j) != src.bits(base + j);
         }

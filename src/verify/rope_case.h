@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "reference/host_tensor.h"
+#include "reference/tolerance.h"
 #include "ropenorm/rope.h"
 
 namespace ropenorm::verify {
@@ -71,14 +72,8 @@ struct RopeInputs {
 };
 
 /// Largest error of a set of elements, in output ulps, after the source's fp32 allowance.
-struct RopeErrorStats {
-  double max_ulp = 0.0;
-  int64_t count = 0, exact = 0, worst_index = -1;
-  double worst_got = 0.0, worst_ref = 0.0;
-  /// `allow` is an absolute allowance subtracted from |got - round(ref)| before scaling.
-  void add(double got, double ref, DType dtype, double allow, int64_t index);
-  void merge(const RopeErrorStats& o);
-};
+/// Error statistics of one output against the oracle (the shared measure of the tolerance table).
+using RopeErrorStats = ref::ErrorStats;
 
 struct RopeOutcome {
   Status status;

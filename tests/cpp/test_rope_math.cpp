@@ -75,16 +75,16 @@ TEST(CpuRopeMath, RotationMatchesTheFormula) {
 
 TEST(CpuRopeCase, ErrorStatsSubtractTheAllowance) {
   verify::RopeErrorStats e;
-  e.add(1.0, 1.0, DType::kBFloat16, 0.0, 0);
+  e.add_allowing(1.0, 1.0, DType::kBFloat16, 0, DType::kBFloat16, 0.0);
   EXPECT_EQ(e.max_ulp, 0.0);
   EXPECT_EQ(e.exact, 1);
   const double ulp = ref::ulp_of(1.0, DType::kBFloat16);
-  e.add(1.0 + 2 * ulp, 1.0, DType::kBFloat16, 0.0, 1);
+  e.add_allowing(1.0 + 2 * ulp, 1.0, DType::kBFloat16, 1, DType::kBFloat16, 0.0);
   EXPECT_DOUBLE_EQ(e.max_ulp, 2.0);
   verify::RopeErrorStats f;
-  f.add(1.0 + 2 * ulp, 1.0, DType::kBFloat16, 1.5 * ulp, 0);
+  f.add_allowing(1.0 + 2 * ulp, 1.0, DType::kBFloat16, 0, DType::kBFloat16, 1.5 * ulp);
   EXPECT_DOUBLE_EQ(f.max_ulp, 0.5);
-  f.add(std::nan(""), 1.0, DType::kBFloat16, 1.0, 1);
+  f.add_allowing(std::nan(""), 1.0, DType::kBFloat16, 1, DType::kBFloat16, 1.0);
   EXPECT_TRUE(std::isinf(f.max_ulp));
   EXPECT_EQ(f.worst_index, 1);
 }
