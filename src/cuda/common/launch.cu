@@ -13,37 +13,34 @@ namespace {
 std::mutex g_mu;
 }  // namespace
 
-int device_sm_count() {
-  static std::map<int, int> cache;
+namespace {
+
+// One attribute of the current device, read once per device.
+int cached_attribute(cudaDeviceAttr attr, int fallback) {
+  static std::map<std::pair<int, int>, int> cache;
   int dev = 0;
   cudaGetDevice(&dev);
   std::lock_guard<std::mutex> lock(g_mu);
-  auto it = cache.find(dev);
+  const auto key = std::make_pair(dev, static_cast<int>(attr));
+  auto it = cache.find(key);
   if (it != cache.end()) return it->second;
-  int sms = 0;
-  if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || sms < 1) {
+  int value = 0;
+  if (cudaDeviceGetAttribute(&value, attr, dev) != cudaSuccess) {
     cudaGetLastError();
-    sms = 1;
+    value = fallback;
   }
-  cache[dev] = sms;
-  return sms;
+  cache[key] = value;
+  return value;
 }
 
-int device_cc_major() {
-  static std::map<int, int> cache;
-  int dev = 0;
-  cudaGetDevice(&dev);
-  std::lock_guard<std::mutex> lock(g_mu);
-  auto it = cache.find(dev);
-  if (it != cache.end()) return it->second;
-  int major = 0;
-  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) {
-    cudaGetLastError();
-    major = 0;
-  }
-  cache[dev] = major;
-  return major;
+}  // namespace
+
+int device_sm_count() {
+  const int sms = cached_attribute(cudaDevAttrMultiProcessorCount, 1);
+  return sms < 1 ? 1 : sms;
 }
+
+int device_cc_major() { return cached_attribute(cudaDevAttrComputeCapabilityMajor, 0); }
 
 int blocks_per_sm(const void* func, int threads, size_t dynamic_smem) {
   static std::map<std::tuple<int, const void*, int, size_t>, int> cache;
