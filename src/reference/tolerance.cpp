@@ -75,6 +75,29 @@ const ToleranceEntry kTable[] = {
      "output-dtype ulps of |x*cos| + |rot*sin|: each product rounded (1/2), then their sum (1)"},
     {"rope_unfused_baseline", "product_term", DType::kFloat32, kE, 1.5,
      "output-dtype ulps of |x*cos| + |rot*sin|: each product rounded (1/2), then their sum (1)"},
+    // qk_norm_rope: the oracle normalises each head vector in float64 (no rounding of the
+    // normalised value) and rotates it with the c_i, s_i the kernel reads. The kernel's fp32
+    // normalised value n = x * r * (w + o) carries the sum of squares' and rsqrt's rounding (a
+    // few fp32 ulps relative), and the Kahan rotation adds 2 fp32 ulps: 16-bit outputs round a
+    // value that is ~1e-6 relative from the exact one, so at most one step beyond a near-tie of
+    // each of the two fp32 stages before the single final rounding: 2 ulps. f32 outputs: the
+    // reduction error, as for rms_norm: 64. Under cancellation in a c - b s the fp32 error of n
+    // is relative to the pair's norm |(n_a, n_b)|, not to the output: pair_term adds that many
+    // fp32 ulps of |pair| (the norm's rounding, up to ~6 ulps at D = 512, plus the rotation's 2;
+    // 16 with margin; for the inv_freq source, rope's inv_freq_pair_term is added as well).
+    {"qk_norm_rope", "q_out", DType::kBFloat16, kE, 2.0,
+     "fp32 norm then fp32 rotation, one rounding"},
+    {"qk_norm_rope", "q_out", DType::kFloat16, kE, 2.0,
+     "fp32 norm then fp32 rotation, one rounding"},
+    {"qk_norm_rope", "q_out", DType::kFloat32, kE, 64.0, "fp32 reduction error"},
+    {"qk_norm_rope", "k_out", DType::kBFloat16, kE, 2.0,
+     "fp32 norm then fp32 rotation, one rounding"},
+    {"qk_norm_rope", "k_out", DType::kFloat16, kE, 2.0,
+     "fp32 norm then fp32 rotation, one rounding"},
+    {"qk_norm_rope", "k_out", DType::kFloat32, kE, 64.0, "fp32 reduction error"},
+    {"qk_norm_rope", "rstd", DType::kFloat32, kE, 64.0, "fp32 reduction error"},
+    {"qk_norm_rope", "pair_term", DType::kFloat32, kE, 16.0,
+     "added: fp32 ulps of the normalised pair's norm (norm rounding under cancellation)"},
 };
 
 }  // namespace

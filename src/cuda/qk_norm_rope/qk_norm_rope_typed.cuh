@@ -1,0 +1,56 @@
+// Per-dtype launch of the fused QK-norm + RoPE kernel: picks the instantiation for the plan's
+// slots per lane and launches it on the caller's stream. Included by exactly one .cu per q/k
+// dtype. The weight dtype, the cos/sin source and dtype, the style and the direction are
+// run-time switches inside the kernel (uniform branches), so each dtype has four kernels
+// (slots per lane 1, 2, 4, 8).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "cuda/common/pdl.cuh"
+#include "cuda/qk_norm_rope/qk_norm_rope_kernels.cuh"
+#include "cuda/qk_norm_rope/qk_norm_rope_typed.h"
+#include "ropenorm/status.h"
+
+namespace ropenorm::cuda {
+
+template <typename T>
+Status launch_qk_norm_rope_typed(const QkNormRopeArgs& a, const QkNormRopePlan& plan,
+                                 cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(plan.grid));
+  const dim3 block(static_cast<unsigned>(plan.threads));
+  cudaError_t err = cudaSuccess;
+  switch (plan.slots_per_lane) {
+    case 1:
+      err = launch_with_pdl(qk_norm_rope_kernel<T, 1>, grid, block, 0, stream, a);
+      break;
+    case 2:
+      err = launch_with_pdl(qk_norm_rope_kernel<T, 2>, grid, block, 0, stream, a);
+      break;
+    case 4:
+      err = launch_with_pdl(qk_norm_rope_kernel<T, 4>, grid, block, 0, stream, a);
+      break;
+    case 8:
+      err = launch_with_pdl(qk_norm_rope_kernel<T, 8>, grid, block, 0, stream, a);
+      break;
+    default:
+      return Status(
+          StatusCode::kUnsupported,
+          "qk_norm_rope: no kernel for " + std::to_string(plan.slots_per_lane) + " slots per lane");
+  }
+  if (err == cudaSuccess) err = cudaGetLastError();
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    return Status(StatusCode::kDeviceError,
+                  std::string("qk_norm_rope: kernel launch failed: ") + cudaGetErrorString(err));
+  }
+  return Status::Ok();
+}
+
+#define ROPENORM_INSTANTIATE_QK_NORM_ROPE(T)                                                 \
+  template Status launch_qk_norm_rope_typed<T>(const QkNormRopeArgs&, const QkNormRopePlan&, \
+                                               cudaStream_t);
+
+}  // namespace ropenorm::cuda

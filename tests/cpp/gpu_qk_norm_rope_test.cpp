@@ -1,0 +1,220 @@
+// GPU tests of the fused QK-norm + RoPE forward against the float64 oracle (per head vector:
+// RMSNorm with no intermediate rounding, then the rotation): head dims (common and odd), full and
+// half rotary, both styles, GQA head counts, packed QKV views and separate tensors, in place and
+// out of place, every dtype and cos/sin source, mixed weight dtypes, Gemma's offset, zero head
+// vectors, the eps range; plus bitwise independence of a head's result from T and the other heads.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "gpu_util.h"
+#include "ropenorm/qk_norm_rope.h"
+#include "verify/qk_norm_rope_case.h"
+
+namespace ropenorm {
+namespace {
+
+using verify::QkNormRopeCase;
+using verify::RopeLayout;
+using verify::RopePosKind;
+
+verify::QkNormRopeOutcome expect_pass(const QkNormRopeCase& c, const verify::QkNormRopeInputs& in) {
+  auto out = verify::run_case(c, in);
+  EXPECT_TRUE(out.status.ok()) << out.status.message();
+  EXPECT_TRUE(out.passed) << out.summary;
+  return out;
+}
+
+verify::QkNormRopeOutcome expect_pass(const QkNormRopeCase& c) {
+  return expect_pass(c, verify::make_inputs(c));
+}
+
+const DType kFloatTypes[] = {DType::kBFloat16, DType::kFloat16, DType::kFloat32};
+
+TEST(GpuQkNormRope, HeadDimsRotaryStylesLayouts) {
+  ROPENORM_REQUIRE_GPU();
+  uint64_t seed = 1;
+  for (int64_t d : {2, 6, 64, 80, 128, 256}) {
+    for (int64_t frac : {1, 2}) {
+      const int64_t r = d / frac;
+      if (r < 2 || r % 2 != 0) continue;
+      for (RopeStyle style : {RopeStyle::kNeox, RopeStyle::kGptj}) {
+        for (RopeLayout layout : {RopeLayout::kSeparate, RopeLayout::kPackedQkv}) {
+          for (bool in_place : {false, true}) {
+            QkNormRopeCase c;
+            c.rope.seq = 13;
+            c.rope.hq = 16;
+            c.rope.hk = 1;
+            c.rope.head_dim = d;
+            c.rope.rotary_dim = frac == 1 ? 0 : r;
+            c.rope.style = style;
+            c.rope.layout = layout;
+            c.rope.in_place = in_place;
+            c.rope.dtype = kFloatTypes[seed % 3];
+            c.rope.seed = seed++;
+            expect_pass(c);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(GpuQkNormRope, DtypesGqaAndSources) {
+  ROPENORM_REQUIRE_GPU();
+  uint64_t seed = 100;
+  for (DType dt : kFloatTypes) {
+    for (auto heads : {std::pair<int64_t, int64_t>{32, 8}, {16, 1}}) {
+      for (CosSinKind src : {CosSinKind::kCache, CosSinKind::kHfCosSin,
+                             CosSinKind::kHfCosSinGathered, CosSinKind::kInvFreq}) {
+        QkNormRopeCase c;
+        c.rope.seq = 21;
+        c.rope.hq = heads.first;
+        c.rope.hk = heads.second;
+        c.rope.head_dim = 128;
+        c.rope.dtype = dt;
+        c.rope.source = src;
+        c.rope.cs_dtype = dt;
+        c.rope.pos_kind = seed % 2 ? RopePosKind::kI32 : RopePosKind::kI64;
+        c.rope.layout = RopeLayout::kPackedQkv;
+        c.w_dtype = kFloatTypes[seed % 3];
+        c.rope.seed = seed++;
+        expect_pass(c);
+      }
+    }
+  }
+}
+
+TEST(GpuQkNormRope, EpsOffsetInverseArangeNoRstd) {
+  ROPENORM_REQUIRE_GPU();
+  uint64_t seed = 200;
+  for (float eps : {1e-12f, 1e-2f}) {
+    for (float o : {0.0f, 1.0f}) {
+      for (bool inverse : {false, true}) {
+        QkNormRopeCase c;
+        c.rope.seq = 9;
+        c.rope.hq = 32;
+        c.rope.hk = 8;
+        c.rope.head_dim = 64;
+        c.rope.inverse = inverse;
+        c.rope.pos_kind = RopePosKind::kArange;
+        c.eps = eps;
+        c.weight_offset = o;
+        c.with_rstd = !inverse;
+        c.rope.seed = seed++;
+        expect_pass(c);
+      }
+    }
+  }
+}
+
+TEST(GpuQkNormRope, ZeroHeadVectors) {
+  ROPENORM_REQUIRE_GPU();
+  for (DType dt : kFloatTypes) {
+    for (int64_t d : {6, 128}) {
+      QkNormRopeCase c;
+      c.rope.seq = 5;
+      c.rope.hq = 4;
+      c.rope.hk = 2;
+      c.rope.head_dim = d;
+      c.rope.dtype = dt;
+      c.rope.seed = 300 + d;
+      c.eps = 1e-12f;
+      auto in = verify::make_inputs(c);
+      // Head 1 of q at token 2 and head 0 of k at token 4: all zeros.
+      for (int64_t j = 0; j < d; ++j) {
+        in.rope.q.set((2 * c.rope.hq + 1) * d + j, 0.0);
+        in.rope.k.set((4 * c.rope.hk + 0) * d + j, 0.0);
+      }
+      const auto out = expect_pass(c, in);
+      for (int64_t j = 0; j < d; ++j) {
+        EXPECT_EQ(out.q_out.get((2 * c.rope.hq + 1) * d + j), 0.0);
+        EXPECT_EQ(out.k_out.get((4 * c.rope.hk + 0) * d + j), 0.0);
+      }
+    }
+  }
+}
+
+// A head's output bits depend only on its own input, its position and the weights: not on T,
+// not on the other heads.
+TEST(GpuQkNormRope, HeadResultIndependentOfTAndOtherHeads) {
+  ROPENORM_REQUIRE_GPU();
+  for (DType dt : kFloatTypes) {
+    for (int64_t d : {6, 80, 256}) {
+      QkNormRopeCase c;
+      c.rope.seq = 33;
+      c.rope.hq = 16;
+      c.rope.hk = 4;
+      c.rope.head_dim = d;
+      c.rope.dtype = dt;
+      c.rope.layout = RopeLayout::kPackedQkv;
+      c.rope.seed = 400 + d;
+      const auto in = verify::make_inputs(c);
+      const auto a = expect_pass(c, in);
+
+      // The same token alone (T = 1), at the same position.
+      const int64_t tok = 17;
+      QkNormRopeCase c1 = c;
+      c1.rope.seq = 1;
+      verify::QkNormRopeInputs in1 = in;
+      const size_t es = dtype_size(dt);
+      in1.rope.q = ref::HostTensor(dt, c.rope.hq * d);
+      in1.rope.k = ref::HostTensor(dt, c.rope.hk * d);
+      std::memcpy(in1.rope.q.bytes.data(), in.rope.q.bytes.data() + tok * c.rope.hq * d * es,
+                  in1.rope.q.bytes.size());
+      std::memcpy(in1.rope.k.bytes.data(), in.rope.k.bytes.data() + tok * c.rope.hk * d * es,
+                  in1.rope.k.bytes.size());
+      in1.rope.positions = {in.rope.positions[tok]};
+      const auto b = expect_pass(c1, in1);
+      for (int64_t i = 0; i < c.rope.hq * d; ++i) {
+        ASSERT_EQ(b.q_out.bits(i), a.q_out.bits(tok * c.rope.hq * d + i)) << "q element " << i;
+      }
+      for (int64_t i = 0; i < c.rope.hk * d; ++i) {
+        ASSERT_EQ(b.k_out.bits(i), a.k_out.bits(tok * c.rope.hk * d + i)) << "k element " << i;
+      }
+      for (int64_t i = 0; i < c.rope.hq; ++i) {
+        ASSERT_EQ(b.q_rstd[i], a.q_rstd[tok * c.rope.hq + i]);
+      }
+
+      // Every other head redrawn: head 3 of q and head 1 of k keep their bits.
+      verify::QkNormRopeInputs in2 = in;
+      std::mt19937_64 rng(99);
+      ref::fill_normal(in2.rope.q, rng, 3.0);
+      ref::fill_normal(in2.rope.k, rng, 3.0);
+      for (int64_t t = 0; t < c.rope.seq; ++t) {
+        const size_t qo = static_cast<size_t>((t * c.rope.hq + 3) * d) * es;
+        const size_t ko = static_cast<size_t>((t * c.rope.hk + 1) * d) * es;
+        std::memcpy(in2.rope.q.bytes.data() + qo, in.rope.q.bytes.data() + qo, d * es);
+        std::memcpy(in2.rope.k.bytes.data() + ko, in.rope.k.bytes.data() + ko, d * es);
+      }
+      const auto e = expect_pass(c, in2);
+      for (int64_t t = 0; t < c.rope.seq; ++t) {
+        for (int64_t j = 0; j < d; ++j) {
+          ASSERT_EQ(e.q_out.bits((t * c.rope.hq + 3) * d + j),
+                    a.q_out.bits((t * c.rope.hq + 3) * d + j));
+          ASSERT_EQ(e.k_out.bits((t * c.rope.hk + 1) * d + j),
+                    a.k_out.bits((t * c.rope.hk + 1) * d + j));
+        }
+      }
+    }
+  }
+}
+
+TEST(GpuQkNormRope, BadInputWritesNothing) {
+  ROPENORM_REQUIRE_GPU();
+  QkNormRopeCase c;
+  c.rope.seq = 4;
+  c.rope.hq = 2;
+  c.rope.hk = 1;
+  c.rope.head_dim = 64;
+  c.eps = 0.5f;  // outside [1e-12, 1e-2]
+  const auto out = verify::run_case(c, verify::make_inputs(c));
+  EXPECT_FALSE(out.status.ok());
+  EXPECT_NE(out.status.message().find("'eps'"), std::string::npos) << out.status.message();
+  EXPECT_EQ(out.pad_written, 0);
+}
+
+}  // namespace
+}  // namespace ropenorm
