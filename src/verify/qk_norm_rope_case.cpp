@@ -16,93 +16,17 @@
 #include "reference/tolerance.h"
 #include "verify/device_buffer.h"
 #include "verify/parallel.h"
+#include "verify/rope_layout.h"
 
 namespace ropenorm::verify {
+
+using namespace rope_layout;
 
 namespace {
 
 [[noreturn]] void fatal(const std::string& what) {
   std::fprintf(stderr, "qk_norm_rope case: %s\n", what.c_str());
   std::abort();
-}
-
-// Element (s, head, d) of a [T, H, D] view at base + s * ss + head * sh + d of buffer `buf`.
-struct Region {
-  int buf = 0;
-  int64_t base = 0, ss = 0, sh = 0, heads = 0;
-  int64_t at(int64_t s, int64_t h) const { return base + s * ss + h * sh; }
-};
-
-struct Placement {
-  std::vector<int64_t> buf_elems;
-  Region q, k;
-};
-
-Placement place_of(const RopeCase& c) {
-  const int64_t t = c.tokens(), d = c.head_dim, hq = c.hq, hk = c.hk, off = c.storage_offset;
-  Placement pl;
-  if (c.layout == RopeLayout::kPackedQkv) {
-    const int64_t w = (hq + 2 * hk) * d;
-    pl.buf_elems = {off + t * w};
-    pl.q = Region{0, off, w, d, hq};
-    pl.k = Region{0, off + hq * d, w, d, hk};
-  } else {
-    pl.buf_elems = {off + t * hq * d, off + t * hk * d};
-    pl.q = Region{0, off, hq * d, d, hq};
-    pl.k = Region{1, off, hk * d, d, hk};
-  }
-  return pl;
-}
-
-TensorRef head_view(const RopeCase& c, const Region& r, void* buf) {
-  void* p = static_cast<unsigned char*>(buf) + r.base * static_cast<int64_t>(dtype_size(c.dtype));
-  return TensorRef(p, c.dtype, {c.seq, r.heads, c.head_dim}, {r.ss, r.sh, 1}, Device::cuda(0));
-}
-
-void scatter(const HostTensor& t, const RopeCase& c, const Region& r,
-             std::vector<unsigned char>* img) {
-  const size_t es = dtype_size(c.dtype);
-  const size_t row = static_cast<size_t>(c.head_dim) * es;
-  for (int64_t tok = 0; tok < c.tokens(); ++tok) {
-    for (int64_t h = 0; h < r.heads; ++h) {
-      std::memcpy(img->data() + static_cast<size_t>(r.at(tok, h)) * es,
-                  t.bytes.data() + static_cast<size_t>((tok * r.heads + h) * c.head_dim) * es, row);
-    }
-  }
-}
-
-HostTensor gather(const std::vector<unsigned char>& img, const RopeCase& c, const Region& r,
-                  std::vector<char>* covered) {
-  const size_t es = dtype_size(c.dtype);
-  const size_t row = static_cast<size_t>(c.head_dim) * es;
-  HostTensor t(c.dtype, c.tokens() * r.heads * c.head_dim);
-  for (int64_t tok = 0; tok < c.tokens(); ++tok) {
-    for (int64_t h = 0; h < r.heads; ++h) {
-      const size_t at = static_cast<size_t>(r.at(tok, h)) * es;
-      std::memcpy(t.bytes.data() + static_cast<size_t>((tok * r.heads + h) * c.head_dim) * es,
-                  img.data() + at, row);
-      std::memset(covered->data() + at, 1, row);
-    }
-  }
-  return t;
-}
-
-std::vector<unsigned char> download_all(const DeviceBuffer& b) {
-  std::vector<unsigned char> img(b.size());
-  if (!img.empty()) b.download(img.data(), img.size());
-  return img;
-}
-
-DeviceBuffer upload_bytes(const void* data, size_t bytes) {
-  DeviceBuffer d(bytes);
-  if (bytes > 0) d.upload(data, bytes);
-  return d;
-}
-
-double fp32_angle(int64_t p, float f) {
-  volatile float pf = static_cast<float>(p);
-  volatile float a = pf * f;
-  return static_cast<double>(a);
 }
 
 }  // namespace
@@ -140,7 +64,7 @@ QkNormRopeOutcome run_case(const QkNormRopeCase& qc, const QkNormRopeInputs& in)
   scatter(in.rope.q, c, pl.q, &img[pl.q.buf]);
   scatter(in.rope.k, c, pl.k, &img[pl.k.buf]);
   std::vector<DeviceBuffer> inb, outb;
-  for (const auto& im : img) inb.push_back(upload_bytes(im.data(), im.size()));
+  for (const auto& im : img) inb.push_back(upload_at(im.data(), im.size(), 0, 1));
   if (!c.in_place) {
     for (const auto& im : img) {
       outb.emplace_back(im.size());
@@ -154,8 +78,8 @@ QkNormRopeOutcome run_case(const QkNormRopeCase& qc, const QkNormRopeInputs& in)
   const TensorRef k_out = head_view(c, pl.k, ob[pl.k.buf].get());
 
   // Weights and rstd (one slack element each side of rstd, poisoned, to catch stray writes).
-  DeviceBuffer wq_buf = upload_bytes(in.wq.bytes.data(), in.wq.bytes.size());
-  DeviceBuffer wk_buf = upload_bytes(in.wk.bytes.data(), in.wk.bytes.size());
+  DeviceBuffer wq_buf = upload_at(in.wq.bytes.data(), in.wq.bytes.size(), 0, 1);
+  DeviceBuffer wk_buf = upload_at(in.wk.bytes.data(), in.wk.bytes.size(), 0, 1);
   const TensorRef wq(wq_buf.get(), qc.w_dtype, {d}, {1}, Device::cuda(0));
   const TensorRef wk(wk_buf.get(), qc.w_dtype, {d}, {1}, Device::cuda(0));
   DeviceBuffer rq_buf((static_cast<size_t>(t * c.hq) + 2) * 4);
@@ -178,7 +102,7 @@ QkNormRopeOutcome run_case(const QkNormRopeCase& qc, const QkNormRopeInputs& in)
       const DType pdt = c.pos_kind == RopePosKind::kI32 ? DType::kInt32 : DType::kInt64;
       HostTensor ph(pdt, t);
       for (int64_t i = 0; i < t; ++i) ph.set(i, static_cast<double>(in.rope.positions[i]));
-      pos_buf = upload_bytes(ph.bytes.data(), ph.bytes.size());
+      pos_buf = upload_at(ph.bytes.data(), ph.bytes.size(), 0, 1);
       pos.positions = TensorRef(pos_buf.get(), pdt, {t}, {1}, Device::cuda(0));
     } else if (c.pos_kind == RopePosKind::kArange) {
       pos.offset = in.rope.offset;
@@ -191,20 +115,20 @@ QkNormRopeOutcome run_case(const QkNormRopeCase& qc, const QkNormRopeInputs& in)
   DeviceBuffer cache_buf, cos_buf, sin_buf, inv_buf;
   switch (c.source) {
     case CosSinKind::kCache:
-      cache_buf = upload_bytes(in.rope.cache.bytes.data(), in.rope.cache.bytes.size());
+      cache_buf = upload_at(in.rope.cache.bytes.data(), in.rope.cache.bytes.size(), 0, 1);
       cs.cache = TensorRef(cache_buf.get(), c.cs_dtype, {c.table_rows, r}, {r, 1}, Device::cuda(0));
       break;
     case CosSinKind::kHfCosSin:
     case CosSinKind::kHfCosSinGathered: {
-      cos_buf = upload_bytes(in.rope.cos.bytes.data(), in.rope.cos.bytes.size());
-      sin_buf = upload_bytes(in.rope.sin.bytes.data(), in.rope.sin.bytes.size());
+      cos_buf = upload_at(in.rope.cos.bytes.data(), in.rope.cos.bytes.size(), 0, 1);
+      sin_buf = upload_at(in.rope.sin.bytes.data(), in.rope.sin.bytes.size(), 0, 1);
       const int64_t rows = c.source == CosSinKind::kHfCosSin ? c.table_rows : t;
       cs.cos = TensorRef(cos_buf.get(), c.cs_dtype, {rows, r}, {r, 1}, Device::cuda(0));
       cs.sin = TensorRef(sin_buf.get(), c.cs_dtype, {rows, r}, {r, 1}, Device::cuda(0));
       break;
     }
     case CosSinKind::kInvFreq:
-      inv_buf = upload_bytes(in.rope.inv_freq.data(), in.rope.inv_freq.size() * 4);
+      inv_buf = upload_at(in.rope.inv_freq.data(), in.rope.inv_freq.size() * 4, 0, 1);
       cs.inv_freq = TensorRef(inv_buf.get(), DType::kFloat32, {h}, {1}, Device::cuda(0));
       cs.attention_scaling = c.attention_scaling;
       break;
