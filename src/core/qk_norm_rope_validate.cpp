@@ -65,12 +65,21 @@ Status check_rstd(const char* arg, const TensorRef& r, const TensorRef& x) {
 
 }  // namespace
 
+Status validate_qk_norm_rope_devices(const QkNormRopeCall& c, int device) {
+  ROPENORM_TRY(relabel(validate_rope_devices(c.rope, device)));
+  ROPENORM_TRY(check_device(kOp, "wq", c.wq, device));
+  ROPENORM_TRY(check_device(kOp, "wk", c.wk, device));
+  if (c.q_rstd.defined()) ROPENORM_TRY(check_device(kOp, "q_rstd", c.q_rstd, device));
+  if (c.k_rstd.defined()) ROPENORM_TRY(check_device(kOp, "k_rstd", c.k_rstd, device));
+  return Status::Ok();
+}
+
 Status validate_qk_norm_rope(const QkNormRopeCall& c, int device, RopeGeometry* geometry) {
   // k is required (the op normalises both); everything validate_rope covers comes next.
   ROPENORM_TRY(check_present(kOp, "q", c.rope.q));
   ROPENORM_TRY(check_present(kOp, "k", c.rope.k));
   RopeGeometry g;
-  ROPENORM_TRY(relabel(validate_rope(c.rope, device, &g)));
+  ROPENORM_TRY(relabel(validate_rope(c.rope, -1, &g)));
   if (g.head_dim > kQkNormRopeMaxHeadDim || g.head_dim % 2 != 0 || g.head_dim < 2) {
     return invalid_arg(kOp, "q",
                        "an even head_dim in [2, " + std::to_string(kQkNormRopeMaxHeadDim) + "]",
@@ -113,12 +122,7 @@ Status validate_qk_norm_rope(const QkNormRopeCall& c, int device, RopeGeometry* 
   }
   ROPENORM_TRY(check_no_overlap(kOp, "k_rstd", c.k_rstd, "q_rstd", c.q_rstd, false));
 
-  if (device >= 0) {
-    ROPENORM_TRY(check_device(kOp, "wq", c.wq, device));
-    ROPENORM_TRY(check_device(kOp, "wk", c.wk, device));
-    if (c.q_rstd.defined()) ROPENORM_TRY(check_device(kOp, "q_rstd", c.q_rstd, device));
-    if (c.k_rstd.defined()) ROPENORM_TRY(check_device(kOp, "k_rstd", c.k_rstd, device));
-  }
+  if (device >= 0) ROPENORM_TRY(validate_qk_norm_rope_devices(c, device));
   if (geometry != nullptr) *geometry = g;
   return Status::Ok();
 }

@@ -25,4 +25,7 @@ constexpr int64_t kQkNormRopeMaxHeadDim = 512;
 Status validate_qk_norm_rope(const QkNormRopeCall& call, int device,
                              RopeGeometry* geometry = nullptr);
 
+/// Only the device part of validate_qk_norm_rope: every present tensor is on cuda:device.
+Status validate_qk_norm_rope_devices(const QkNormRopeCall& call, int device);
+
 }  // namespace ropenorm::core

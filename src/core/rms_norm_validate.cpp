@@ -31,6 +31,19 @@ bool is_contiguous(const TensorRef& t) {
 
 }  // namespace
 
+Status validate_rms_norm_devices(const RmsNormCall& c, int device) {
+  const char* op = c.fused ? "add_rms_norm" : "rms_norm";
+  ROPENORM_TRY(check_device(op, "x", c.x, device));
+  ROPENORM_TRY(check_device(op, "y", c.y, device));
+  if (c.weight.defined()) ROPENORM_TRY(check_device(op, "weight", c.weight, device));
+  if (c.rstd.defined()) ROPENORM_TRY(check_device(op, "rstd", c.rstd, device));
+  if (c.fused) {
+    ROPENORM_TRY(check_device(op, "residual", c.residual, device));
+    ROPENORM_TRY(check_device(op, "residual_out", c.residual_out, device));
+  }
+  return Status::Ok();
+}
+
 Status validate_rms_norm(const RmsNormCall& c, int device) {
   const char* op = c.fused ? "add_rms_norm" : "rms_norm";
   ROPENORM_TRY(check_present(op, "x", c.x));
@@ -119,16 +132,7 @@ Status validate_rms_norm(const RmsNormCall& c, int device) {
     ROPENORM_TRY(check_no_overlap(op, "rstd", c.rstd, "residual_out", c.residual_out, false));
   }
 
-  if (device >= 0) {
-    ROPENORM_TRY(check_device(op, "x", c.x, device));
-    ROPENORM_TRY(check_device(op, "y", c.y, device));
-    if (c.weight.defined()) ROPENORM_TRY(check_device(op, "weight", c.weight, device));
-    if (c.rstd.defined()) ROPENORM_TRY(check_device(op, "rstd", c.rstd, device));
-    if (c.fused) {
-      ROPENORM_TRY(check_device(op, "residual", c.residual, device));
-      ROPENORM_TRY(check_device(op, "residual_out", c.residual_out, device));
-    }
-  }
+  if (device >= 0) ROPENORM_TRY(validate_rms_norm_devices(c, device));
   return Status::Ok();
 }
 

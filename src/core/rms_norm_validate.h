@@ -17,4 +17,8 @@ struct RmsNormCall {
 /// tensor is on cuda:device. Returns the first problem found.
 Status validate_rms_norm(const RmsNormCall& call, int device);
 
+/// Only the device part of validate_rms_norm: every present tensor is on cuda:device. For
+/// launchers that ran the rest with device = -1 before looking the device up.
+Status validate_rms_norm_devices(const RmsNormCall& call, int device);
+
 }  // namespace ropenorm::core

@@ -242,6 +242,23 @@ int64_t span_elements(const TensorRef& t) {
   return last + 1;
 }
 
+Status validate_rope_devices(const RopeCall& c, int device) {
+  const RopeCosSin& cs = c.cos_sin;
+  const TensorRef* reads[] = {
+      &c.positions.positions, &c.positions.seq_offsets, &cs.cache, &cs.cos, &cs.sin, &cs.inv_freq};
+  const char* read_names[] = {"positions", "seq_offsets", "cache", "cos", "sin", "inv_freq"};
+  ROPENORM_TRY(check_device(kOp, "q", c.q, device));
+  ROPENORM_TRY(check_device(kOp, "q_out", c.q_out, device));
+  if (c.k.defined()) {
+    ROPENORM_TRY(check_device(kOp, "k", c.k, device));
+    ROPENORM_TRY(check_device(kOp, "k_out", c.k_out, device));
+  }
+  for (int i = 0; i < 6; ++i) {
+    if (reads[i]->defined()) ROPENORM_TRY(check_device(kOp, read_names[i], *reads[i], device));
+  }
+  return Status::Ok();
+}
+
 Status validate_rope(const RopeCall& c, int device, RopeGeometry* geometry) {
   RopeGeometry g;
   // q fixes the geometry.
@@ -363,17 +380,7 @@ Status validate_rope(const RopeCall& c, int device, RopeGeometry* geometry) {
     ROPENORM_TRY(check_no_overlap(kOp, "k_out", c.k_out, read_names[i], *reads[i], false));
   }
 
-  if (device >= 0) {
-    ROPENORM_TRY(check_device(kOp, "q", c.q, device));
-    ROPENORM_TRY(check_device(kOp, "q_out", c.q_out, device));
-    if (c.k.defined()) {
-      ROPENORM_TRY(check_device(kOp, "k", c.k, device));
-      ROPENORM_TRY(check_device(kOp, "k_out", c.k_out, device));
-    }
-    for (int i = 0; i < 6; ++i) {
-      if (reads[i]->defined()) ROPENORM_TRY(check_device(kOp, read_names[i], *reads[i], device));
-    }
-  }
+  if (device >= 0) ROPENORM_TRY(validate_rope_devices(c, device));
   if (geometry != nullptr) *geometry = g;
   return Status::Ok();
 }

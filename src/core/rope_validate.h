@@ -35,6 +35,9 @@ constexpr int64_t kRopeMaxHeads = int64_t{1} << 20;
 /// tensor is on cuda:device. Returns the first problem found. Fills *geometry when given and ok.
 Status validate_rope(const RopeCall& call, int device, RopeGeometry* geometry = nullptr);
 
+/// Only the device part of validate_rope: every present tensor is on cuda:device.
+Status validate_rope_devices(const RopeCall& call, int device);
+
 /// Checked mode on host copies: `pos` holds the T positions, token order (b, s) row-major, as
 /// resolved from the call's positions / offset / seq_offsets. Every value must be in
 /// [0, table_rows) (table_rows > 0), or >= 0 when table_rows == 0 (kInvFreq). The error names

@@ -127,7 +127,7 @@ struct Word<2> {
   using type = uint16_t;
 };
 
-/// Loads / stores a pack of at most 16 bytes with one access of its size.
+/// Loads a pack of at most 16 bytes with one access of its size.
 template <typename P>
 __device__ __forceinline__ P load_word(const void* p) {
   static_assert(sizeof(P) <= 16, "one access moves at most 16 bytes");
@@ -138,16 +138,6 @@ __device__ __forceinline__ P load_word(const void* p) {
   u.w = *reinterpret_cast<const typename Word<sizeof(P)>::type*>(p);
   return u.pk;
 }
-template <typename P>
-__device__ __forceinline__ void store_word(void* p, const P& pk) {
-  union {
-    typename Word<sizeof(P)>::type w;
-    P pk;
-  } u;
-  u.pk = pk;
-  *reinterpret_cast<typename Word<sizeof(P)>::type*>(p) = u.w;
-}
-
 /// Load V elements of T starting at p (aligned to min(16, V * sizeof(T))) and widen to fp32.
 template <typename T, int V>
 __device__ __forceinline__ void load_pack(const T* p, float (&out)[V]) {
@@ -264,13 +254,6 @@ __device__ __forceinline__ void store_pack_dyn(void* base, DType dt, int64_t off
   } else {
     store_pack<float, V>(static_cast<float*>(base) + off, in);
   }
-}
-
-/// Round fp32 values to a run-time dtype and back (the value such a tensor would hold).
-__device__ __forceinline__ float round_through_dyn(float v, DType dt) {
-  if (dt == DType::kBFloat16) return round_through<bf16>(v);
-  if (dt == DType::kFloat16) return round_through<f16>(v);
-  return v;
 }
 
 }  // namespace ropenorm::cuda

@@ -59,7 +59,7 @@ Status qk_norm_rope(const TensorRef& q, const TensorRef& k, const TensorRef& wq,
   ROPENORM_TRY(core::validate_qk_norm_rope(c, -1, &g));
   int device = 0;
   ROPENORM_TRY(core::current_device(kOp, &device));
-  ROPENORM_TRY(core::validate_qk_norm_rope(c, device, &g));
+  ROPENORM_TRY(core::validate_qk_norm_rope_devices(c, device));
   if (g.tokens == 0 || g.hq + g.hk == 0) return Status::Ok();
   auto s = reinterpret_cast<cudaStream_t>(stream);
   if (rope_params.check_positions) ROPENORM_TRY(cuda::check_positions_on_host(kOp, c.rope, g, s));

@@ -19,7 +19,7 @@ Status run_rms_norm(const core::RmsNormCall& c, Stream stream) {
   ROPENORM_TRY(core::validate_rms_norm(c, -1));
   int device = 0;
   ROPENORM_TRY(core::current_device(op, &device));
-  ROPENORM_TRY(core::validate_rms_norm(c, device));
+  ROPENORM_TRY(core::validate_rms_norm_devices(c, device));
   if (c.x.numel() == 0) return Status::Ok();
 
   cuda::RmsNormKernelArgs a{};

@@ -38,7 +38,7 @@ Status rope(const TensorRef& q, const TensorRef& k, const TensorRef& q_out, cons
   ROPENORM_TRY(core::validate_rope(c, -1, &g));
   int device = 0;
   ROPENORM_TRY(core::current_device(kOp, &device));
-  ROPENORM_TRY(core::validate_rope(c, device, &g));
+  ROPENORM_TRY(core::validate_rope_devices(c, device));
   if (g.tokens == 0 || g.hq + g.hk == 0) return Status::Ok();
   auto s = reinterpret_cast<cudaStream_t>(stream);
   if (params.check_positions) ROPENORM_TRY(cuda::check_positions_on_host(kOp, c, g, s));
