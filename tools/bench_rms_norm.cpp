@@ -25,7 +25,7 @@ struct ShapeBuffers {
   DeviceBuffer x, r, w, y, s, tmp, rstd;
 };
 
-ShapeBuffers upload(const verify::RmsNormInputs& in, int64_t m, int64_t n, bool fused) {
+ShapeBuffers upload(const verify::RmsNormInputs& in, int64_t m, bool fused) {
   ShapeBuffers b;
   b.x = verify::to_device(in.x);
   b.w = verify::to_device(in.weight);
@@ -36,7 +36,6 @@ ShapeBuffers upload(const verify::RmsNormInputs& in, int64_t m, int64_t n, bool 
   b.y = DeviceBuffer(in.x.bytes.size());
   b.tmp = DeviceBuffer(in.x.bytes.size());
   b.rstd = DeviceBuffer(static_cast<size_t>(m) * 4);
-  (void)n;
   return b;
 }
 
@@ -105,7 +104,7 @@ Status bench_rms_norm(const BenchOptions& o, std::vector<ResultRow>* rows, std::
         fill_errors(verify::run_case(c, in), &ours);
 
         // The unfused baseline, verified on the same inputs (it rounds like hf_llama).
-        ShapeBuffers b = upload(in, m, n, fused);
+        ShapeBuffers b = upload(in, m, fused);
         b.y.poison();
         if (fused) b.s.poison();
         ROPENORM_TRY(baseline_rms_norm(baseline_view(b, fused), dt, m, n, c.params.eps, nullptr));
