@@ -67,11 +67,10 @@ size_t qk_norm_rope_backward_workspace_size(int64_t tokens, int64_t hq, int64_t 
 ///         when present, are then set to 0).
 Status qk_norm_rope_backward(const TensorRef& dq_out, const TensorRef& dk_out, const TensorRef& q,
                              const TensorRef& k, const TensorRef& wq, const TensorRef& wk,
-                             const TensorRef& q_rstd, const TensorRef& k_rstd,
-                             const TensorRef& dq, const TensorRef& dk, const TensorRef& dwq,
-                             const TensorRef& dwk, const TensorRef& workspace,
-                             const RopePositions& positions, const RopeCosSin& cos_sin,
-                             const RopeParams& rope_params, const QkNormParams& norm_params,
-                             Stream stream = nullptr);
+                             const TensorRef& q_rstd, const TensorRef& k_rstd, const TensorRef& dq,
+                             const TensorRef& dk, const TensorRef& dwq, const TensorRef& dwk,
+                             const TensorRef& workspace, const RopePositions& positions,
+                             const RopeCosSin& cos_sin, const RopeParams& rope_params,
+                             const QkNormParams& norm_params, Stream stream = nullptr);
 
 }  // namespace ropenorm
