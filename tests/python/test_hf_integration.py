@@ -25,9 +25,10 @@ Tolerances, as relative errors ``||a - b|| / ||b||`` over a whole tensor:
   Llama norm twice; ropenorm once), so both models are measured against a float32 copy of the
   stock model holding the same bf16 weights. The patched model's error may exceed the stock
   model's by at most 25% (logits, loss) / 50% (gradients), plus a floor of 1e-3 / 4e-3 for
-  errors that happen to be tiny. With numerics="hf" the patched model must also be closer to
-  the stock one than the stock one is to float32 (its only differences left are the rotation's
-  roundings).
+  errors that happen to be tiny. With numerics="hf" the forward rounds where Hugging Face's
+  does, so the patched logits and loss must be within a quarter of the stock error (plus 5e-4)
+  of the stock ones: what is left is the fp32 summation order inside a norm, which moves a
+  rounding boundary for a few elements in 1e5.
 """
 
 from __future__ import annotations
@@ -300,6 +301,7 @@ DEV = "cuda"
 LOGIT_RATIO, LOGIT_FLOOR = 1.25, 1e-3
 GRAD_RATIO, GRAD_FLOOR = 1.5, 4e-3
 F32_LOGITS, F32_GRADS = 2e-5, 2e-4
+HF_RATIO, HF_FLOOR = 0.25, 5e-4
 
 
 def rel(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -324,12 +326,14 @@ def kernel_calls(monkeypatch):
     return counts
 
 
-def _expected_kernels(family: str, numerics: str):
+def _expected_kernels(family: str, numerics: str, dtype):
     want = {"rms_norm"}
     if family != "olmo2":
         want.add("add_rms_norm")
-    fused = family in ("qwen3", "gemma3") and numerics == "exact" and K.has_fused_qk_norm_rope()
-    want.add("qk_norm_rope_bshd" if fused else "rope_bshd")
+    if numerics == "exact" and family in ("qwen3", "gemma3") and K.has_fused_qk_norm_rope():
+        want.add("qk_norm_rope_bshd")
+    elif numerics == "exact" or dtype == torch.float32 or family == "olmo2":
+        want.add("rope_bshd")  # numerics="hf": where HF's cos/sin are float32
     return want
 
 
@@ -351,7 +355,7 @@ def test_parity_logits_loss_grads(family, dtype, numerics, kernel_calls):
     ids = tokens(device=DEV)
     with torch.no_grad():
         patched(ids)
-    assert set(kernel_calls) >= _expected_kernels(family, numerics), kernel_calls
+    assert set(kernel_calls) >= _expected_kernels(family, numerics, dtype), kernel_calls
     logits_s, loss_s, grads_s = _step(stock, ids)
     logits_p, loss_p, grads_p = _step(patched, ids)
     assert torch.isfinite(logits_p).all() and torch.isfinite(loss_p)
@@ -370,8 +374,10 @@ def test_parity_logits_loss_grads(family, dtype, numerics, kernel_calls):
     for what, s, p, r, ratio, floor in checks:
         err_s, err_p = rel(s, r), rel(p, r)
         assert err_p <= ratio * err_s + floor, (what, err_p, err_s)
-        if numerics == "hf":
-            assert rel(p, s) <= err_s + floor, (what, rel(p, s), err_s)
+    if numerics == "hf":
+        for what, s, p, r, _, _ in checks[:2]:
+            err_s = rel(s, r)
+            assert rel(p, s) <= HF_RATIO * err_s + HF_FLOOR, (what, rel(p, s), err_s)
 
 
 @requires_cuda

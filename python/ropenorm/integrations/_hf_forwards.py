@@ -3,8 +3,8 @@
 Two ways of changing a stock forward, chosen to copy as little of transformers as possible:
 
 - **Rebinding** (the rotation of every family): the stock attention forward's own code object
-  runs with its module globals, except that ``apply_rotary_pos_emb`` is ropenorm's. Nothing of
-  the forward is copied, so the KV cache update, the mask and the attention-interface dispatch
+  runs with a copy of its module globals (a module of its own in sys.modules, as torch.compile
+  requires) in which ``apply_rotary_pos_emb`` is ropenorm's. Nothing of the forward is copied, so the KV cache update, the mask and the attention-interface dispatch
   (eager, sdpa, flash, flex) are whatever the installed transformers does.
 - **Mirroring** (the fused QK-norm + RoPE attention of Qwen3 / Gemma-3 and the fused add + norm
   decoder layers): a forward that changes the structure cannot reuse the stock code object, so
@@ -21,6 +21,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import inspect
+import sys
 import textwrap
 import types
 from typing import Callable, Optional, Tuple
@@ -154,11 +155,16 @@ def _add_norm(norm, plan: NormPlan, x: torch.Tensor,
 # Rotation (rebound into the stock attention forward)
 
 
-def rotary_fn(stock_rotary: Callable) -> Callable:
-    """A drop-in for a family's ``apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1)``."""
+def rotary_fn(stock_rotary: Callable, hf_numerics: bool = False) -> Callable:
+    """A drop-in for a family's ``apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1)``.
+
+    With ``hf_numerics`` it rotates only float32 cos/sin: Hugging Face then computes the
+    rotation in fp32 and rounds once, as ropenorm does (float32 models; OLMo-2, whose rotary
+    embedding keeps fp32 cos/sin), whereas with bf16/f16 cos/sin it rounds each product and the
+    sum, which no ropenorm kernel reproduces, so the stock rotation runs."""
 
     def apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1):
-        if cos.dim() == 3 and q.dim() == 4:
+        if cos.dim() == 3 and q.dim() == 4 and not (hf_numerics and cos.dtype != torch.float32):
             if unsqueeze_dim == 1:  # [B, H, S, D]: rotate the [B, S, H, D] views
                 out = K.rope_bshd(q.transpose(1, 2), k.transpose(1, 2), cos, sin)
                 if out is not None:
@@ -172,12 +178,28 @@ def rotary_fn(stock_rotary: Callable) -> Callable:
     return apply_rotary_pos_emb
 
 
-def rebound_attention_forward(stock_cls: type) -> Callable:
+def _rebound_module(stock_globals: dict, hf_numerics: bool) -> types.ModuleType:
+    """A copy of a modeling module's namespace with ropenorm's apply_rotary_pos_emb, registered
+    in sys.modules: torch.compile resolves a function's globals through its module name."""
+    stock_name = stock_globals["__name__"]
+    name = (f"{__package__}._rebound_{stock_name.rsplit('.', 1)[-1]}"
+            f"{'_hf' if hf_numerics else ''}")
+    mod = sys.modules.get(name)
+    if mod is None or mod.__dict__.get("_ropenorm_source") is not stock_globals:
+        mod = types.ModuleType(name, f"{stock_name} with ropenorm's apply_rotary_pos_emb")
+        skip = ("__name__", "__doc__", "__spec__", "__loader__", "__package__")
+        mod.__dict__.update({k: v for k, v in stock_globals.items() if k not in skip})
+        mod.apply_rotary_pos_emb = rotary_fn(stock_globals["apply_rotary_pos_emb"], hf_numerics)
+        mod._ropenorm_source = stock_globals
+        sys.modules[name] = mod
+    return mod
+
+
+def rebound_attention_forward(stock_cls: type, hf_numerics: bool) -> Callable:
     """stock_cls.forward's code with ropenorm's apply_rotary_pos_emb in its globals."""
     fn = stock_cls.forward
     _check_rebindable(fn, stock_cls.__name__)
-    scope = dict(fn.__globals__)
-    scope["apply_rotary_pos_emb"] = rotary_fn(fn.__globals__["apply_rotary_pos_emb"])
+    scope = _rebound_module(fn.__globals__, hf_numerics).__dict__
     out = types.FunctionType(fn.__code__, scope, fn.__name__, fn.__defaults__, fn.__closure__)
     out.__kwdefaults__ = dict(fn.__kwdefaults__) if fn.__kwdefaults__ else None
     out.__qualname__ = fn.__qualname__

@@ -18,10 +18,15 @@ model) and olmo2. What changes:
   norm, q_norm / k_norm) computes with ``ropenorm.rms_norm``: Llama-style norms with rounding
   ``exact`` (one rounding; ``numerics="hf"``: ``hf_llama``, Hugging Face's own rounding), Gemma's
   ``(1 + w)`` with ``weight_offset=1``, OLMo-2's fp32 weight multiply with ``exact`` (which is
-  what those two compute already).
+  what those two compute already). The backward passes are ropenorm's in both modes (fp32,
+  one rounding of each gradient), not the chain of bf16 roundings autograd takes through the
+  stock formula.
 - **RoPE** (``rope=True``): ``apply_rotary_pos_emb`` in the attention forward is ropenorm's
   rotation of the ``[B, S, H, D]`` views, one rounding, partial rotary (cos/sin narrower than
-  the head) passing the other channels through.
+  the head) passing the other channels through. With ``numerics="hf"`` only where Hugging Face
+  rotates in fp32 with one rounding too (float32 cos/sin: float32 models, and OLMo-2, whose
+  rotary embedding keeps them in fp32); with bf16/f16 cos/sin it rounds both products and their
+  sum, which no ropenorm kernel reproduces, so its own rotation runs.
 - **Fused QK-norm + RoPE** (``qk_norm_rope=True``; Qwen3 and Gemma-3, whose q/k norms are per
   head): the two norms and the rotation are one ``ropenorm.qk_norm_rope`` pass over the views of
   the q/k projections, no copy. Used only with ``rms_norm`` and ``rope`` on and
@@ -162,8 +167,9 @@ def _patched_classes(family: Family, settings: _Settings) -> Dict[type, type]:
         out[attn] = _subclass(attn, "attention", "qk_norm_rope", settings,
                               lambda: F.qk_norm_rope_attention_forward(attn, family, plan), plan)
     elif settings.rope:
+        hf = settings.numerics == "hf"
         out[attn] = _subclass(attn, "attention", "rope", settings,
-                              lambda: F.rebound_attention_forward(attn), plan)
+                              lambda: F.rebound_attention_forward(attn, hf), plan)
     if settings.rms_norm and settings.fused_add and family.layout != "post_norm":
         layer = stock["decoder_layer"]
         make = F.pre_norm_layer_forward if family.layout == "pre_norm" else F.sandwich_layer_forward
@@ -213,9 +219,10 @@ def apply_ropenorm(
         fused_add: fuse the decoder layer's residual add with the norm that follows it
             (``ropenorm.add_rms_norm``; needs ``rms_norm``).
         numerics: ``"exact"`` (each output rounded once from fp32: within 1 ulp of the correctly
-            rounded value) or ``"hf"`` (Hugging Face's roundings where they differ: Llama-style
-            norms round before the weight multiply, and the q/k norms are not fused with the
-            rotation).
+            rounded value) or ``"hf"`` (the forward rounds where Hugging Face's does:
+            Llama-style norms round before the weight multiply, the q/k norms are not fused
+            with the rotation, and the rotation stays Hugging Face's where it rounds each
+            product to bf16/f16, i.e. everywhere but float32 models and OLMo-2).
 
     Calling it again with other options re-patches the model; an option turned off restores
     the stock class of what it patched.
