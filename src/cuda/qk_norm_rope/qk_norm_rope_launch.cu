@@ -77,18 +77,32 @@ Status qk_norm_rope(const TensorRef& q, const TensorRef& k, const TensorRef& wq,
   qa.q_rstd = q_rstd.defined() ? static_cast<float*>(q_rstd.data) : nullptr;
   qa.k_rstd = k_rstd.defined() ? static_cast<float*>(k_rstd.data) : nullptr;
   qa.slots = static_cast<int>(g.head_dim / 2);
-  qa.group = group_for(qa.slots);
 
-  // Plan: KS slots per lane (rounded up to 1, 2, 4, 8), enough warps for the token's heads.
+  // Plan: the vector kernel when every operand allows 16-byte accesses of a 16-bit type and a
+  // head is a power-of-two number (<= 32) of 8-channel lanes; else the scalar kernel with KS
+  // slots per lane (rounded up to 1, 2, 4, 8) and enough warps for the token's heads.
   cuda::QkNormRopePlan plan;
-  const int need = (qa.slots + qa.group - 1) / qa.group;
-  plan.slots_per_lane = need <= 1 ? 1 : need <= 2 ? 2 : need <= 4 ? 4 : 8;
-  const int64_t heads_per_warp = 32 / qa.group;
-  const int64_t warps_needed = (g.hq + g.hk + heads_per_warp - 1) / heads_per_warp;
-  const int64_t warps =
-      std::min<int64_t>(cuda::kQkNormRopeMaxThreads / 32, std::max<int64_t>(1, warps_needed));
-  plan.threads = static_cast<int>(warps * 32);
-  plan.grid = std::min<int64_t>(g.tokens, kMaxGrid);
+  const int64_t heads = g.hq + g.hk;
+  const int64_t vec_lanes = g.head_dim / cuda::kQkVecChannels;
+  plan.vector = dtype_size(q.dtype) == 2 &&
+                cuda::rope_access_width(c.rope, g, a) == cuda::kQkVecChannels &&
+                vec_lanes <= 32 && (vec_lanes & (vec_lanes - 1)) == 0;
+  if (plan.vector) {
+    qa.group = static_cast<int>(vec_lanes);
+    plan.threads = cuda::kQkVecThreads;
+    const int64_t per_block = 2 * (cuda::kQkVecThreads / vec_lanes);
+    plan.grid = std::min<int64_t>((g.tokens * heads + per_block - 1) / per_block, kMaxGrid);
+  } else {
+    qa.group = group_for(qa.slots);
+    const int need = (qa.slots + qa.group - 1) / qa.group;
+    plan.slots_per_lane = need <= 1 ? 1 : need <= 2 ? 2 : need <= 4 ? 4 : 8;
+    const int64_t heads_per_warp = 32 / qa.group;
+    const int64_t warps_needed = (heads + heads_per_warp - 1) / heads_per_warp;
+    const int64_t warps =
+        std::min<int64_t>(cuda::kQkNormRopeMaxThreads / 32, std::max<int64_t>(1, warps_needed));
+    plan.threads = static_cast<int>(warps * 32);
+    plan.grid = std::min<int64_t>(g.tokens, kMaxGrid);
+  }
 
   return core::dispatch_float_dtype<cuda::f16, cuda::bf16>(
       q.dtype, kOp, "q", [&](auto tag) -> Status {

@@ -1,8 +1,9 @@
 // Per-dtype launch of the fused QK-norm + RoPE kernel: picks the instantiation for the plan's
-// slots per lane and launches it on the caller's stream. Included by exactly one .cu per q/k
-// dtype. The weight dtype, the cos/sin source and dtype, the style and the direction are
-// run-time switches inside the kernel (uniform branches), so each dtype has four kernels
-// (slots per lane 1, 2, 4, 8).
+// slots per lane (or the vector kernel, 16-bit types) and launches it on the caller's stream.
+// Included by exactly one .cu per q/k dtype. The weight dtype, the cos/sin source and dtype, the
+// style and the direction are run-time switches inside the kernels (uniform branches), so each
+// dtype has four scalar kernels (slots per lane 1, 2, 4, 8) and, for 16-bit types, one vector
+// kernel.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -22,23 +23,32 @@ Status launch_qk_norm_rope_typed(const QkNormRopeArgs& a, const QkNormRopePlan& 
   const dim3 grid(static_cast<unsigned>(plan.grid));
   const dim3 block(static_cast<unsigned>(plan.threads));
   cudaError_t err = cudaSuccess;
-  switch (plan.slots_per_lane) {
-    case 1:
-      err = launch_with_pdl(qk_norm_rope_kernel<T, 1>, grid, block, 0, stream, a);
-      break;
-    case 2:
-      err = launch_with_pdl(qk_norm_rope_kernel<T, 2>, grid, block, 0, stream, a);
-      break;
-    case 4:
-      err = launch_with_pdl(qk_norm_rope_kernel<T, 4>, grid, block, 0, stream, a);
-      break;
-    case 8:
-      err = launch_with_pdl(qk_norm_rope_kernel<T, 8>, grid, block, 0, stream, a);
-      break;
-    default:
-      return Status(
-          StatusCode::kUnsupported,
-          "qk_norm_rope: no kernel for " + std::to_string(plan.slots_per_lane) + " slots per lane");
+  bool vector_done = false;
+  if constexpr (sizeof(T) == 2) {
+    if (plan.vector) {
+      err = launch_with_pdl(qk_norm_rope_vec_kernel<T>, grid, block, 0, stream, a);
+      vector_done = true;
+    }
+  }
+  if (!vector_done) {
+    switch (plan.slots_per_lane) {
+      case 1:
+        err = launch_with_pdl(qk_norm_rope_kernel<T, 1>, grid, block, 0, stream, a);
+        break;
+      case 2:
+        err = launch_with_pdl(qk_norm_rope_kernel<T, 2>, grid, block, 0, stream, a);
+        break;
+      case 4:
+        err = launch_with_pdl(qk_norm_rope_kernel<T, 4>, grid, block, 0, stream, a);
+        break;
+      case 8:
+        err = launch_with_pdl(qk_norm_rope_kernel<T, 8>, grid, block, 0, stream, a);
+        break;
+      default:
+        return Status(StatusCode::kUnsupported, "qk_norm_rope: no kernel for " +
+                                                    std::to_string(plan.slots_per_lane) +
+                                                    " slots per lane");
+    }
   }
   if (err == cudaSuccess) err = cudaGetLastError();
   if (err != cudaSuccess) {

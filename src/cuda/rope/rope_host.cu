@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/checks.h"
+#include "core/rope_plan.h"
 #include "cuda/rope/rope_host.h"
 
 namespace ropenorm::cuda {
@@ -187,6 +188,26 @@ void fill_rope_args(const core::RopeCall& c, const core::RopeGeometry& g, RopeKe
       a->scaling = cos_sin.attention_scaling;
       break;
   }
+}
+
+int rope_access_width(const core::RopeCall& c, const core::RopeGeometry& g,
+                      const RopeKernelArgs& a) {
+  const int es = static_cast<int>(dtype_size(c.q.dtype));
+  // The tables read V values at a time: the cache (one table), or HF's cos and sin; none for
+  // inv_freq (computed). An unused operand has no data and restricts nothing.
+  const CosSinKind kind = c.cos_sin.kind;
+  const bool hf = kind == CosSinKind::kHfCosSin || kind == CosSinKind::kHfCosSinGathered;
+  const TensorRef& tc = kind == CosSinKind::kCache ? c.cos_sin.cache : c.cos_sin.cos;
+  const void* cos_data = kind == CosSinKind::kCache || hf ? tc.data : nullptr;
+  const void* sin_data = hf ? c.cos_sin.sin.data : nullptr;
+  const int cs = cos_data != nullptr ? static_cast<int>(dtype_size(tc.dtype)) : es;
+  return core::rope_vector_width(g.rotary_dim / 2, g.head_dim, es,
+                                 {{c.q.data, es, {a.q.sb, a.q.ss, a.q.sh}},
+                                  {c.q_out.data, es, {a.q_out.sb, a.q_out.ss, a.q_out.sh}},
+                                  {a.k.data, es, {a.k.sb, a.k.ss, a.k.sh}},
+                                  {a.k_out.data, es, {a.k_out.sb, a.k_out.ss, a.k_out.sh}},
+                                  {cos_data, cs, {a.cos_row, a.cos_sb, a.cos_ss}},
+                                  {sin_data, cs, {a.sin_row, a.sin_sb, a.sin_ss}}});
 }
 
 }  // namespace ropenorm::cuda

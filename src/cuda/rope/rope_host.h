@@ -27,4 +27,10 @@ Status check_positions_on_host(const char* op, const core::RopeCall& c, const co
 /// validated call (the fields every RoPE-based kernel reads).
 void fill_rope_args(const core::RopeCall& c, const core::RopeGeometry& g, RopeKernelArgs* a);
 
+/// Widest vector (in q's elements) every operand of a validated call allows: q, k and their
+/// outputs (bases and strides) and the cos/sin tables (see core::rope_vector_width); 1 is the
+/// scalar path.
+int rope_access_width(const core::RopeCall& c, const core::RopeGeometry& g,
+                      const RopeKernelArgs& a);
+
 }  // namespace ropenorm::cuda

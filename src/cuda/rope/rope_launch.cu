@@ -48,43 +48,8 @@ Status rope(const TensorRef& q, const TensorRef& k, const TensorRef& q_out, cons
   a.copy_q_tail = q_out.data != q.data && g.rotary_dim < g.head_dim;
   a.copy_k_tail = k.defined() && k_out.data != k.data && g.rotary_dim < g.head_dim;
 
-  const int es = static_cast<int>(dtype_size(q.dtype));
+  const int vec = cuda::rope_access_width(c, g, a);
   const int64_t h = g.rotary_dim / 2;
-  int vec = 1;
-  switch (cos_sin.kind) {
-    case CosSinKind::kCache: {
-      const TensorRef& t = cos_sin.cache;
-      const int cs = static_cast<int>(dtype_size(t.dtype));
-      vec = core::rope_vector_width(h, g.head_dim, es,
-                                    {{q.data, es, {a.q.sb, a.q.ss, a.q.sh}},
-                                     {q_out.data, es, {a.q_out.sb, a.q_out.ss, a.q_out.sh}},
-                                     {a.k.data, es, {a.k.sb, a.k.ss, a.k.sh}},
-                                     {a.k_out.data, es, {a.k_out.sb, a.k_out.ss, a.k_out.sh}},
-                                     {t.data, cs, {a.cos_row}}});
-      break;
-    }
-    case CosSinKind::kHfCosSin:
-    case CosSinKind::kHfCosSinGathered: {
-      const TensorRef& tc = cos_sin.cos;
-      const TensorRef& ts = cos_sin.sin;
-      const int cs = static_cast<int>(dtype_size(tc.dtype));
-      vec = core::rope_vector_width(h, g.head_dim, es,
-                                    {{q.data, es, {a.q.sb, a.q.ss, a.q.sh}},
-                                     {q_out.data, es, {a.q_out.sb, a.q_out.ss, a.q_out.sh}},
-                                     {a.k.data, es, {a.k.sb, a.k.ss, a.k.sh}},
-                                     {a.k_out.data, es, {a.k_out.sb, a.k_out.ss, a.k_out.sh}},
-                                     {tc.data, cs, {a.cos_row, a.cos_sb, a.cos_ss}},
-                                     {ts.data, cs, {a.sin_row, a.sin_sb, a.sin_ss}}});
-      break;
-    }
-    case CosSinKind::kInvFreq:
-      vec = core::rope_vector_width(h, g.head_dim, es,
-                                    {{q.data, es, {a.q.sb, a.q.ss, a.q.sh}},
-                                     {q_out.data, es, {a.q_out.sb, a.q_out.ss, a.q_out.sh}},
-                                     {a.k.data, es, {a.k.sb, a.k.ss, a.k.sh}},
-                                     {a.k_out.data, es, {a.k_out.sb, a.k_out.ss, a.k_out.sh}}});
-      break;
-  }
   const core::RopePlan plan = core::plan_rope(g.tokens, g.hq + g.hk, h, vec);
 
   return core::dispatch_float_dtype<cuda::f16, cuda::bf16>(
