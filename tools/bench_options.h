@@ -13,6 +13,7 @@ struct BenchOptions {
   std::vector<int64_t> ns = {4096, 5120, 7168, 8192, 4095};
   std::vector<int64_t> rope_ts = {1, 64, 1024, 16384, 65536};  ///< RoPE tokens T
   std::vector<int64_t> rope_ds = {128, 64, 256};               ///< RoPE head_dim D (= R)
+  std::vector<int64_t> qk_ds = {128, 256};                     ///< QK-norm + RoPE head_dim D
   int64_t rope_hq = 32, rope_hk = 8;                           ///< RoPE q and k heads
   bool timing = true;                                          ///< false: verify only
   int cold_reps = 30;                                          ///< cold-L2 samples per row

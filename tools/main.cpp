@@ -14,7 +14,9 @@
 #include <string>
 #include <vector>
 
+#include "bench_backward.h"
 #include "bench_rms_norm.h"
+#include "bench_qk_norm_rope.h"
 #include "bench_rope.h"
 #include "bench_timing.h"
 #include "device_info.h"
@@ -89,6 +91,8 @@ int run_main_job(bool timing, bool quick, const std::string& out_dir) {
   bench::print_header(std::cout);
   Status st = bench::bench_rms_norm(o, &rows, std::cout);
   if (st.ok()) st = bench::bench_rope(o, &rows, std::cout);
+  if (st.ok()) st = bench::bench_backward(o, &rows, std::cout);
+  if (st.ok()) st = bench::bench_qk_norm_rope(o, &rows, std::cout);
   cudaStreamDestroy(stream);
   if (!st.ok()) {
     std::fprintf(stderr, "error: %s\n", st.message().c_str());

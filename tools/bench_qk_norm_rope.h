@@ -1,0 +1,22 @@
+// Fused QK-norm + RoPE rows of the main job: for each standard shape (bf16 q [T, 32, D] and
+// k [T, 8, D], bf16 weights, full rotary neox, cos/sin from an f32 cache [P = T, R = D], random
+// int64 positions, out of place), verify ropenorm's one-launch kernel and the unfused
+// composition of ropenorm's own kernels (per-head rms_norm of q, of k, then rope in place: three
+// launches, the intermediate rounded to bf16) against the float64 oracle, then time both
+// (CUDA-graph replay for T <= rope_graph_max_t, else cold-L2 medians).
+#pragma once
+
+#include <ostream>
+#include <vector>
+
+#include "bench_options.h"
+#include "receipt.h"
+#include "ropenorm/status.h"
+
+namespace ropenorm::bench {
+
+/// Appends one ResultRow per (impl, shape) to *rows. Returns the first device error; a
+/// verification failure is recorded in the row (passed = false), not returned.
+Status bench_qk_norm_rope(const BenchOptions& o, std::vector<ResultRow>* rows, std::ostream& log);
+
+}  // namespace ropenorm::bench
