@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -57,7 +58,9 @@ std::string slug(std::string s) {
   return s;
 }
 
-int run_main_job(bool timing, bool quick, const std::string& out_dir) {
+int run_main_job(bool timing, bool quick, const std::string& out_dir,
+                 const std::set<std::string>& ops) {
+  const auto want = [&](const char* family) { return ops.empty() || ops.count(family) > 0; };
   const bench::DeviceInfo dev = bench::query_device();
   std::printf("ropenorm %s: CUDA runtime %s, commit %s\n", timing ? "bench" : "verify",
               dev.cuda.c_str(), bench::source_commit().c_str());
@@ -89,10 +92,11 @@ int run_main_job(bool timing, bool quick, const std::string& out_dir) {
   }
   std::vector<bench::ResultRow> rows;
   bench::print_header(std::cout);
-  Status st = bench::bench_rms_norm(o, &rows, std::cout);
-  if (st.ok()) st = bench::bench_rope(o, &rows, std::cout);
-  if (st.ok()) st = bench::bench_backward(o, &rows, std::cout);
-  if (st.ok()) st = bench::bench_qk_norm_rope(o, &rows, std::cout);
+  Status st = Status::Ok();
+  if (want("rms_norm")) st = bench::bench_rms_norm(o, &rows, std::cout);
+  if (st.ok() && want("rope")) st = bench::bench_rope(o, &rows, std::cout);
+  if (st.ok() && want("backward")) st = bench::bench_backward(o, &rows, std::cout);
+  if (st.ok() && want("qk_norm_rope")) st = bench::bench_qk_norm_rope(o, &rows, std::cout);
   cudaStreamDestroy(stream);
   if (!st.ok()) {
     std::fprintf(stderr, "error: %s\n", st.message().c_str());
@@ -199,6 +203,12 @@ int main(int argc, char** argv) {
   for (auto* sc : {verify, bench}) sc->add_flag("--quick", quick, "A few shapes only");
   bench->add_option("--out-dir", out_dir, "Folder for the JSON and CSV receipts")
       ->capture_default_str();
+  std::set<std::string> ops;
+  for (auto* sc : {verify, bench}) {
+    sc->add_option("--ops", ops, "Op families to run (default all)")
+        ->delimiter(',')
+        ->check(CLI::IsMember({"rms_norm", "rope", "qk_norm_rope", "backward"}));
+  }
   auto* profile = app.add_subcommand("profile", "Launch one kernel repeatedly (for profilers)");
   std::string prof_op = "rms_norm";
   int64_t prof_m = 4096, prof_n = 4096;
@@ -221,5 +231,5 @@ int main(int argc, char** argv) {
                 d.cc_minor, d.sm_count, d.l2_bytes, d.driver.c_str());
     return 0;
   }
-  return run_main_job(bench->parsed(), quick, out_dir);
+  return run_main_job(bench->parsed(), quick, out_dir, ops);
 }
