@@ -98,6 +98,49 @@ const ToleranceEntry kTable[] = {
     {"qk_norm_rope", "rstd", DType::kFloat32, kE, 64.0, "fp32 reduction error"},
     {"qk_norm_rope", "pair_term", DType::kFloat32, kE, 16.0,
      "added: fp32 ulps of the normalised pair's norm (norm rounding under cancellation)"},
+    // qk_norm_rope_backward, dq / dk: dx = r (g - xh m) cancels (g nearly parallel to xh), so
+    // its fp32 error is bounded relative to the scale S_j = r (P_j |w_j + o| + |xh_j| M), with
+    // P_j the norm of the g_n pair holding j and M = sum_i P_i |w_i + o| |xh_i| / D, not relative
+    // to dx itself. First-order bound in units of u = 2^-24 (one fp32 ulp of S is >= u S): r
+    // recomputed, up to ~15 u (a sum of squares of <= 16 terms per lane plus a 5-level
+    // butterfly, then /D, +eps, sqrt, 1/x), entering dx up to three times (r, xh, m): 45; the
+    // inverse rotation (Kahan, 2 ulps of the pair) and the (w + o) and g roundings: 6; xh: 1;
+    // m = sum(g xh) / D, relative to sum |g xh| / D: 21 accumulation steps plus the terms' own
+    // 7 + 15, plus the division: 44; the fma g - xh m and the final multiply by r: 2. About 100:
+    // dx_term allows 128 fp32 ulps of S_j (for the inv_freq source rope's inv_freq_pair_term is
+    // added, as P_j carries the sincosf error). Beyond that allowance the result is one
+    // rounding of the fp32 value: 1 ulp for 16-bit outputs, 2 for f32 (the reference's own
+    // rounding as well).
+    // dw = sum over the N head vectors of g_n xh, in fp32 (per lane, then per block, then the
+    // column sum over the blocks, all in fixed order): measured in ulps of max|dw|. The
+    // per-term errors (rstd, rotation, product; ~20 u each) add up like a random walk and the
+    // accumulation error of a sum of N terms grows like sqrt(N) relative to a sum whose size
+    // itself grows like sqrt(N): dw_term (32) + dw_sum_term (4) * sqrt(N) fp32 ulps of max|dw|
+    // are allowed, then one rounding to the weight's dtype: 1 ulp of max|dw|.
+    {"qk_norm_rope_backward", "dq", DType::kBFloat16, kE, 1.0,
+     "beyond dx_term: one rounding of the fp32 result"},
+    {"qk_norm_rope_backward", "dq", DType::kFloat16, kE, 1.0,
+     "beyond dx_term: one rounding of the fp32 result"},
+    {"qk_norm_rope_backward", "dq", DType::kFloat32, kE, 2.0,
+     "beyond dx_term: the result's and the reference's rounding"},
+    {"qk_norm_rope_backward", "dk", DType::kBFloat16, kE, 1.0,
+     "beyond dx_term: one rounding of the fp32 result"},
+    {"qk_norm_rope_backward", "dk", DType::kFloat16, kE, 1.0,
+     "beyond dx_term: one rounding of the fp32 result"},
+    {"qk_norm_rope_backward", "dk", DType::kFloat32, kE, 2.0,
+     "beyond dx_term: the result's and the reference's rounding"},
+    {"qk_norm_rope_backward", "dx_term", DType::kFloat32, kE, 128.0,
+     "allowed: fp32 ulps of r (P |w + o| + |xh| M) (cancellation in g - xh m)"},
+    {"qk_norm_rope_backward", "dw", DType::kBFloat16, kE, 1.0,
+     "ulps of max|dw| beyond the fp32 terms: one rounding"},
+    {"qk_norm_rope_backward", "dw", DType::kFloat16, kE, 1.0,
+     "ulps of max|dw| beyond the fp32 terms: one rounding"},
+    {"qk_norm_rope_backward", "dw", DType::kFloat32, kE, 1.0,
+     "ulps of max|dw| beyond the fp32 terms: one rounding"},
+    {"qk_norm_rope_backward", "dw_term", DType::kFloat32, kE, 32.0,
+     "allowed: fp32 ulps of max|dw| (per-term rounding of g_n * xh)"},
+    {"qk_norm_rope_backward", "dw_sum_term", DType::kFloat32, kE, 4.0,
+     "allowed: fp32 ulps of max|dw| per sqrt(head vectors) (fp32 accumulation)"},
 };
 
 }  // namespace

@@ -1,0 +1,173 @@
+// Public entry points qk_norm_rope_backward and its workspace query: validate, current device,
+// validate the device and the workspace size, (checked mode: positions read back and checked),
+// plan, dispatch, launch the fused kernel, then one deterministic column sum each for dwq and dwk.
+// Nothing is allocated; the launches go on the caller's stream, which only checked mode
+// synchronises.
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "core/checks.h"
+#include "core/dispatch.h"
+#include "core/qk_norm_rope_backward_plan.h"
+#include "core/qk_norm_rope_validate.h"
+#include "core/rope_plan.h"
+#include "core/rope_validate.h"
+#include "cuda/common/column_sum.h"
+#include "cuda/common/dtype.cuh"
+#include "cuda/common/launch.h"
+#include "cuda/qk_norm_rope_backward/qk_norm_rope_backward_typed.h"
+#include "cuda/rope/rope_host.h"
+#include "ropenorm/qk_norm_rope_backward.h"
+
+namespace ropenorm {
+
+namespace {
+
+constexpr const char* kOp = "qk_norm_rope_backward";
+
+// Multiprocessors of `device` (-1: the current one), or 0 when it cannot be queried.
+int sm_count_of(int device) {
+  if (device < 0 && cudaGetDevice(&device) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  int sms = 0;
+  if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return sms;
+}
+
+// Widest vector every operand allows: x, dout and dx of q and k, and the cos/sin tables (the
+// test is monotone in V, so the minimum of the separate widths is the joint one).
+int access_width(const core::QkNormRopeBackwardCall& c, const core::RopeGeometry& g,
+                 const cuda::QkNormRopeBackwardArgs& qa) {
+  const cuda::RopeKernelArgs& a = qa.rope;
+  const int es = static_cast<int>(dtype_size(c.fwd.rope.q.dtype));
+  const int64_t h = g.rotary_dim / 2;
+  const int64_t d = g.head_dim;
+  const RopeCosSin& cs = c.fwd.rope.cos_sin;
+  int v = core::rope_vector_width(h, d, es,
+                                  {{a.q.data, es, {a.q.sb, a.q.ss, a.q.sh}},
+                                   {a.k.data, es, {a.k.sb, a.k.ss, a.k.sh}},
+                                   {a.q_out.data, es, {a.q_out.sb, a.q_out.ss, a.q_out.sh}},
+                                   {a.k_out.data, es, {a.k_out.sb, a.k_out.ss, a.k_out.sh}},
+                                   {qa.gq.data, es, {qa.gq.sb, qa.gq.ss, qa.gq.sh}},
+                                   {qa.gk.data, es, {qa.gk.sb, qa.gk.ss, qa.gk.sh}}});
+  int vt = v;
+  if (cs.kind == CosSinKind::kCache) {
+    const int ce = static_cast<int>(dtype_size(cs.cache.dtype));
+    vt = core::rope_vector_width(h, d, es, {{cs.cache.data, ce, {a.cos_row}}});
+  } else if (cs.kind != CosSinKind::kInvFreq) {
+    const int ce = static_cast<int>(dtype_size(cs.cos.dtype));
+    vt = core::rope_vector_width(h, d, es,
+                                 {{cs.cos.data, ce, {a.cos_row, a.cos_sb, a.cos_ss}},
+                                  {cs.sin.data, ce, {a.sin_row, a.sin_sb, a.sin_ss}}});
+  }
+  return vt < v ? vt : v;
+}
+
+// Column sums of the partial rows into the present weight gradients (parts = 0 writes zeros).
+Status reduce_dw(const TensorRef& dwq, const TensorRef& dwk, const float* partials, int64_t parts,
+                 int64_t d, cudaStream_t s) {
+  if (dwq.defined()) {
+    ROPENORM_TRY(cuda::launch_column_sum(kOp, partials, parts, d, dwq.dtype, dwq.data, s));
+  }
+  if (dwk.defined()) {
+    const float* pk = partials != nullptr ? partials + parts * d : nullptr;
+    ROPENORM_TRY(cuda::launch_column_sum(kOp, pk, parts, d, dwk.dtype, dwk.data, s));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+size_t qk_norm_rope_backward_workspace_size(int64_t tokens, int64_t hq, int64_t hk,
+                                            int64_t head_dim, int device) {
+  return core::qk_norm_rope_backward_workspace_bytes(tokens, hq, hk, head_dim, sm_count_of(device));
+}
+
+Status qk_norm_rope_backward(const TensorRef& dq_out, const TensorRef& dk_out, const TensorRef& q,
+                             const TensorRef& k, const TensorRef& wq, const TensorRef& wk,
+                             const TensorRef& q_rstd, const TensorRef& k_rstd, const TensorRef& dq,
+                             const TensorRef& dk, const TensorRef& dwq, const TensorRef& dwk,
+                             const TensorRef& workspace, const RopePositions& positions,
+                             const RopeCosSin& cos_sin, const RopeParams& rope_params,
+                             const QkNormParams& norm_params, Stream stream) {
+  core::QkNormRopeBackwardCall c;
+  core::RopeCall& rc = c.fwd.rope;
+  rc.q = q;
+  rc.k = k;
+  rc.q_out = dq;
+  rc.k_out = dk;
+  rc.positions = positions;
+  rc.cos_sin = cos_sin;
+  rc.params = rope_params;
+  c.fwd.wq = wq;
+  c.fwd.wk = wk;
+  c.fwd.q_rstd = q_rstd;
+  c.fwd.k_rstd = k_rstd;
+  c.fwd.norm = norm_params;
+  c.dq_out = dq_out;
+  c.dk_out = dk_out;
+  c.dwq = dwq;
+  c.dwk = dwk;
+  c.workspace = workspace;
+  core::RopeGeometry g;
+  ROPENORM_TRY(core::validate_qk_norm_rope_backward(c, -1, 0, &g));
+  int device = 0;
+  ROPENORM_TRY(core::current_device(kOp, &device));
+  ROPENORM_TRY(core::validate_qk_norm_rope_backward_devices(c, device));
+  const int sms = cuda::device_sm_count();
+  ROPENORM_TRY(core::validate_qk_norm_rope_backward_workspace(c, g, sms));
+  auto s = reinterpret_cast<cudaStream_t>(stream);
+  if (g.tokens == 0 || g.hq + g.hk == 0) return reduce_dw(dwq, dwk, nullptr, 0, g.head_dim, s);
+  if (rope_params.check_positions) ROPENORM_TRY(cuda::check_positions_on_host(kOp, rc, g, s));
+
+  cuda::QkNormRopeBackwardArgs qa{};
+  cuda::fill_rope_args(rc, g, &qa.rope);
+  qa.rope.inverse = true;  // the transposed rotation: s_i negated
+  qa.gq = cuda::rope_operand(dq_out);
+  qa.gk = cuda::rope_operand(dk_out);
+  qa.wq = wq.data;
+  qa.wk = wk.data;
+  qa.wq_dtype = wq.dtype;
+  qa.wk_dtype = wk.dtype;
+  qa.eps = norm_params.eps;
+  qa.weight_offset = norm_params.weight_offset;
+  qa.q_rstd = q_rstd.defined() ? static_cast<const float*>(q_rstd.data) : nullptr;
+  qa.k_rstd = k_rstd.defined() ? static_cast<const float*>(k_rstd.data) : nullptr;
+
+  // Plan for the largest grid, then for the chosen instance's occupancy (never above it).
+  const int vec = access_width(c, g, qa);
+  core::QkNormRopeBackwardPlan plan =
+      core::plan_qk_norm_rope_backward(g.tokens, g.rotary_dim / 2, g.head_dim, vec, sms);
+  int resident = 0;
+  const Status queried =
+      core::dispatch_float_dtype<cuda::f16, cuda::bf16>(q.dtype, kOp, "q", [&](auto tag) -> Status {
+        resident = cuda::qk_norm_rope_backward_occupancy<typename decltype(tag)::type>(plan);
+        return Status::Ok();
+      });
+  if (!queried.ok()) return queried;
+  plan =
+      core::plan_qk_norm_rope_backward(g.tokens, g.rotary_dim / 2, g.head_dim, vec, sms, resident);
+  const bool want_dw = dwq.defined() || dwk.defined();
+  qa.partials = want_dw ? static_cast<float*>(workspace.data) : nullptr;
+  qa.tokens_per_block = plan.tokens_per_block;
+  qa.group = plan.group;
+  qa.slots = plan.slots;
+  qa.rot_slots = static_cast<int>(g.rotary_dim / 2 / vec);
+
+  const Status launched =
+      core::dispatch_float_dtype<cuda::f16, cuda::bf16>(q.dtype, kOp, "q", [&](auto tag) -> Status {
+        using T = typename decltype(tag)::type;
+        return cuda::launch_qk_norm_rope_backward_typed<T>(qa, plan, s);
+      });
+  if (!launched.ok()) return launched;
+  if (!want_dw) return Status::Ok();
+  return reduce_dw(dwq, dwk, qa.partials, plan.grid, g.head_dim, s);
+}
+
+}  // namespace ropenorm
