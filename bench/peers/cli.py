@@ -2,9 +2,10 @@
 implementations, the receipts, the plot and the tables.
 
 Without torch, without a CUDA device or without a built ropenorm package it prints why it is
-skipped and exits 0. Exit status otherwise: 1 when a ropenorm row fails its accuracy check
-(peers outside their tolerance are flagged in their rows, not failures of this run), 2 when the
-receipts do not re-read as written, else 0.
+skipped and exits 0. Exit status otherwise: 1 when a ropenorm row fails its accuracy check or
+raises (other than NotImplementedError, which records the row as skipped with the reason; peers
+outside their tolerance, or raising, are flagged in their rows and are not failures of this
+run), 2 when the receipts do not re-read as written, else 0.
 
 Per shape: fresh random inputs and float64 references (once per pass); per implementation: its
 own copy of the inputs (some peers work in place), the allocator poisoned with NaN blocks of the
@@ -211,7 +212,7 @@ class Runner:
         if fwd is None:
             return _skipped(row, notes, missing)
         try:
-            fn, outs, first = self._first_call(op, impl, fwd, inputs, seeds, pass_, expected)
+            fn, outs, first = self._first_call(op, fwd, inputs, seeds, pass_, expected)
             notes[0] = impl.note(op.name)
             self._check(row, notes, outs, expected)
             del outs
@@ -220,15 +221,11 @@ class Runner:
         except NotImplementedError as exc:
             return _skipped(row, notes, f"not implemented: {_error_line(exc)}")
         except Exception as exc:
-            self._recover()
-            if os.environ.get("ROPENORM_PEERS_TRACEBACK"):
-                traceback.print_exc()
-            return _skipped(row, notes, f"failed: {_error_line(exc)}")
+            return self._failed(row, notes, "failed", exc)
         try:
             t = self._time(op, shape, fn, notes)
         except Exception as exc:
-            self._recover()
-            return _skipped(row, notes, f"timing failed: {_error_line(exc)}")
+            return self._failed(row, notes, "timing failed", exc)
         row.update(timing=t.kind, median_us=t.median_us, min_us=t.min_us, max_us=t.max_us,
                    samples=t.samples)
         row["gbps"] = row["bytes"] / (t.median_us * 1e3) if t.median_us > 0 else None
@@ -239,7 +236,7 @@ class Runner:
 
     # ---- pieces ---------------------------------------------------------------------------
 
-    def _first_call(self, op, impl, fwd, inputs, seeds, pass_, expected):
+    def _first_call(self, op, fwd, inputs, seeds, pass_, expected):
         """The checked call on fresh copies of the inputs: (callable, outputs, seconds). A
         torch_compile op whose dynamic compilation failed is called once more (static)."""
         from bench.peers.impls import RetryStatic
@@ -298,7 +295,7 @@ class Runner:
             got = got.detach()
             if got.dtype != self.torch.bfloat16:
                 notes.append(f"{e.name} is {got.dtype}")
-            s = error_stats(got, e.ref, e.allow)
+            s = error_stats(got, e.ref, e.allow, e.unit_at)
             ok = s.within(e.tol_ulp)
             passed = passed and ok
             parts.append(f"{e.name} {s.max_ulp:.3g}/{e.tol_ulp:g}")
@@ -325,6 +322,17 @@ class Runner:
                 self._recover()
                 notes.append(f"graph capture failed ({_error_line(exc)}); timed cold-L2")
         return self.timer.cold_l2(fn)
+
+    def _failed(self, row, notes, what: str, exc: BaseException) -> Dict[str, Any]:
+        """A call that raised: a peer's row is recorded as skipped with the reason; ropenorm's
+        as failed (it is this library's error)."""
+        self._recover()
+        if os.environ.get("ROPENORM_PEERS_TRACEBACK"):
+            traceback.print_exc()
+        row = _skipped(row, notes, f"{what}: {_error_line(exc)}")
+        if row["impl"] == OURS:
+            row["skipped"] = False
+        return row
 
     def _sync(self) -> None:
         if not self.dry:
@@ -392,11 +400,6 @@ class Runner:
                 print(f"plot: {stem}.png", flush=True)
             except ImportError as exc:
                 print(f"plot skipped: matplotlib is not importable ({exc})", flush=True)
-        for line in self.capped:
-            print(f"capped: {line}")
-        unavailable = [f"{i.name} ({i.unavailable})" for i in self.impls if i.unavailable]
-        if unavailable:
-            print("not run: " + "; ".join(unavailable))
         ours_failed = [r for r in self.rows
                        if r["impl"] == OURS and not r["skipped"] and not r["passed"]]
         print("\nper shape (median us; '!' outside the tolerance, 'x' grossly wrong; "
@@ -404,8 +407,14 @@ class Runner:
         print(summary.shape_table(self.rows))
         print(f"\nsummary ({name}, bf16, copy {self.copy_gbps:.0f} GB/s, {elapsed:.0f} s):")
         print(summary.one_screen(self.rows), flush=True)
+        for line in self.capped:
+            print(f"capped: {line}")
+        unavailable = [f"{i.name} ({i.unavailable})" for i in self.impls if i.unavailable]
+        if unavailable:
+            print("not run: " + "; ".join(unavailable))
         if ours_failed:
-            print(f"{len(ours_failed)} ropenorm rows outside their tolerance", flush=True)
+            print(f"{len(ours_failed)} ropenorm rows failed (outside their tolerance, or raised)",
+                  flush=True)
             status = status or 1
         return status
 
@@ -423,8 +432,9 @@ def _row_header() -> str:
 
 def _row_line(r: Dict[str, Any]) -> str:
     shape = " ".join(f"{k}={v}" for k, v in r["shape"].items())
-    if r["skipped"]:
-        return f"{r['op']:<13} {r['pass']:<7} {r['impl']:<14} {shape:<26} SKIP  {r['note']}"
+    if r["skipped"] or r.get("median_us") is None:
+        state = "SKIP" if r["skipped"] else "FAIL"
+        return f"{r['op']:<13} {r['pass']:<7} {r['impl']:<14} {shape:<26} {state}  {r['note']}"
     pct = r.get("pct_of_copy")
     err = r.get("max_err_ulp")
     return (f"{r['op']:<13} {r['pass']:<7} {r['impl']:<14} {shape:<26} {r['timing']:<10} "

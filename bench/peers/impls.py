@@ -142,6 +142,7 @@ class TorchRmsNorm(Impl):
 
         self._fwd["rms_norm"] = lambda i: (f(i["x"], (i["x"].shape[-1],), i["w"], EPS),)
         self._fwd["add_rms_norm"] = fused
+        self._notes["add_rms_norm"] = "residual + x, then F.rms_norm"
 
 
 class TorchCompile(Impl):

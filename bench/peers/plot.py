@@ -31,16 +31,18 @@ def plot_latency(rows: Sequence[Dict[str, Any]], path: str, title: str = "") -> 
     impls = [i for i in (OURS,) + PEER_NAMES if any(r["impl"] == i for r in rows)]
     n = max(len(panels), 1)
     widest = max((len(v) for v in panels.values()), default=1)
-    fig, axes = plt.subplots(n, 1, figsize=(max(10.0, 0.55 * widest * max(len(impls), 1) / 2),
+    fig, axes = plt.subplots(n, 1, figsize=(max(10.0, 0.12 * widest * max(len(impls), 1)),
                                             3.6 * n), squeeze=False)
-    width = 0.8 / max(len(impls), 1)
     for ax, ((op, pass_), shapes) in zip(axes[:, 0], panels.items()):
-        for j, impl in enumerate(impls):
+        here = [i for i in impls if any(m["impl"] == i and timed(m)
+                                         for _, members in shapes for m in members)]
+        width = 0.8 / max(len(here), 1)
+        for j, impl in enumerate(here):
             xs, ys = [], []
             for x, (_, members) in enumerate(shapes):
                 r = next((m for m in members if m["impl"] == impl and timed(m)), None)
                 if r is not None and r["median_us"] > 0:
-                    xs.append(x + (j - (len(impls) - 1) / 2) * width)
+                    xs.append(x + (j - (len(here) - 1) / 2) * width)
                     ys.append(r["median_us"])
             if xs:
                 ax.bar(xs, ys, width=width, label=impl, color=COLORS.get(impl))
@@ -51,10 +53,10 @@ def plot_latency(rows: Sequence[Dict[str, Any]], path: str, title: str = "") -> 
         ax.set_xticklabels([" ".join(f"{k}={v}" for k, v in s.items() if k not in ("Hq", "Hk"))
                             for s, _ in shapes], rotation=45, ha="right", fontsize=7)
         ax.grid(axis="y", which="both", alpha=0.3)
-        ax.legend(fontsize=7, ncol=len(impls), loc="upper left")
+        ax.legend(fontsize=7, ncol=max(len(here), 1), loc="upper right")
     if title:
         fig.suptitle(title, fontsize=11)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0.0, 0.0, 1.0, 1.0 - 0.5 / fig.get_figheight()))
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return path

@@ -64,7 +64,7 @@ def _time_cell(r: Row) -> str:
     if r is None:
         return "-"
     if not timed(r):
-        return "skip"
+        return "skip" if r.get("skipped") else "fail"
     mark = "x" if grossly_wrong(r) else ("!" if not r["passed"] else "")
     return f"{r['median_us']:.2f}{mark}"
 

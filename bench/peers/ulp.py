@@ -59,15 +59,20 @@ def ulp(v: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return torch.ldexp(torch.ones_like(v), e - p)
 
 
-def ulp_error(got: torch.Tensor, ref: torch.Tensor, allow: Optional[torch.Tensor] = None
-              ) -> torch.Tensor:
-    """Per-element error of got against the float64 ref, in ulps of got's dtype (float64)."""
+def ulp_error(got: torch.Tensor, ref: torch.Tensor, allow: Optional[torch.Tensor] = None,
+              unit_at: Optional[float] = None) -> torch.Tensor:
+    """Per-element error of got against the float64 ref, in ulps of got's dtype (float64): the
+    ulp at each element's correctly rounded reference, or at ``unit_at`` when given (errors
+    measured against the largest element, as for weight gradients)."""
     rounded = round_to(ref, got.dtype).double()
     g = got.double()
     diff = (g - rounded).abs()
     if allow is not None:
         diff = torch.clamp(diff - allow.double(), min=0.0)
-    err = diff / ulp(rounded, got.dtype)
+    if unit_at is None:
+        err = diff / ulp(rounded, got.dtype)
+    else:
+        err = diff / ulp(torch.tensor(unit_at, dtype=torch.float64), got.dtype).to(diff.device)
     same = (g == rounded) | (torch.isnan(g) & torch.isnan(rounded))
     err = torch.where(same, torch.zeros_like(err), err)
     return torch.where(torch.isfinite(err), err, torch.full_like(err, math.inf))
@@ -86,8 +91,8 @@ class ErrorStats:
         return self.max_ulp <= tol_ulp
 
 
-def error_stats(got: torch.Tensor, ref: torch.Tensor, allow: Optional[torch.Tensor] = None
-                ) -> ErrorStats:
+def error_stats(got: torch.Tensor, ref: torch.Tensor, allow: Optional[torch.Tensor] = None,
+                unit_at: Optional[float] = None) -> ErrorStats:
     """Summarises ulp_error over every element, in chunks; shapes must match."""
     if tuple(got.shape) != tuple(ref.shape):
         raise ValueError(f"error_stats: output shape {tuple(got.shape)} != reference shape "
@@ -100,7 +105,7 @@ def error_stats(got: torch.Tensor, ref: torch.Tensor, allow: Optional[torch.Tens
     for start in range(0, n, CHUNK_ELEMENTS):
         stop = min(n, start + CHUNK_ELEMENTS)
         gc, rc = g[start:stop], r[start:stop].double()
-        err = ulp_error(gc, rc, a[start:stop] if a is not None else None)
+        err = ulp_error(gc, rc, a[start:stop] if a is not None else None, unit_at)
         worst = max(worst, float(err.max()))
         exact += int((gc.double() == round_to(rc, gc.dtype).double()).sum())
         d = gc.double() - rc
