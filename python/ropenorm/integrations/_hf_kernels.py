@@ -47,9 +47,10 @@ def probe_backward() -> Dict[str, bool]:
     def works(fn) -> bool:
         try:
             with torch.enable_grad():
-                x = torch.randn(2, 3, 8, device=dev, requires_grad=True)
+                # [B=2, S=3, H=1, D=8] inputs a and b, a [D] weight.
+                a, b = (torch.randn(2, 3, 1, 8, device=dev, requires_grad=True) for _ in "ab")
                 w = torch.randn(8, device=dev, requires_grad=True)
-                outs = fn(x, w)
+                outs = fn(a, b, w)
                 sum(o.float().sum() for o in outs).backward()
             return True
         except NotImplementedError:
@@ -57,14 +58,14 @@ def probe_backward() -> Dict[str, bool]:
 
     cos = torch.ones(2, 3, 8, device=dev)
     sin = torch.zeros(2, 3, 8, device=dev)
-    _backward["rms_norm"] = works(lambda x, w: torch.ops.ropenorm.rms_norm(x, w, 1e-6, 0.0, 0)[:1])
+    _backward["rms_norm"] = works(
+        lambda a, b, w: torch.ops.ropenorm.rms_norm(a, w, 1e-6, 0.0, 0)[:1])
     _backward["add_rms_norm"] = works(
-        lambda x, w: torch.ops.ropenorm.add_rms_norm(x, x * 2, w, 1e-6, 0.0, 0))
+        lambda a, b, w: torch.ops.ropenorm.add_rms_norm(a, b, w, 1e-6, 0.0, 0))
     if has_fused_qk_norm_rope():
         _backward["qk_norm_rope"] = works(
-            lambda x, w: ropenorm.qk_norm_rope(x.unsqueeze(2), x.unsqueeze(2), w, w, 1e-6,
-                                               cos=cos, sin=sin,
-                                               cos_sin_kind="hf_cos_sin_gathered"))
+            lambda a, b, w: ropenorm.qk_norm_rope(a, b, w, w, 1e-6, cos=cos, sin=sin,
+                                                  cos_sin_kind="hf_cos_sin_gathered"))
     return dict(_backward)
 
 
