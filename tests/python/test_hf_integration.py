@@ -488,12 +488,11 @@ def test_torch_compile(family):
     stock = tiny_model(family, device=DEV)
     patched = rt.apply_ropenorm(copy.deepcopy(stock))
     compiled = torch.compile(patched)
-    for seq in (16, 9):
-        ids = tokens(2, seq, device=DEV)
-        with torch.no_grad():
-            ref = stock(ids).logits
-            got = compiled(ids).logits
-        assert rel(got, ref) <= F32_LOGITS
+    ids = tokens(device=DEV)
+    with torch.no_grad():
+        ref = stock(ids).logits
+        got = compiled(ids).logits
+    assert rel(got, ref) <= F32_LOGITS
 
 
 def _decode_with_static_cache(model, prompt, steps, graph: bool):

@@ -3,9 +3,10 @@
 Two ways of changing a stock forward, chosen to copy as little of transformers as possible:
 
 - **Rebinding** (the rotation of every family): the stock attention forward's own code object
-  runs with a copy of its module globals (a module of its own in sys.modules, as torch.compile
-  requires) in which ``apply_rotary_pos_emb`` is ropenorm's. Nothing of the forward is copied, so the KV cache update, the mask and the attention-interface dispatch
-  (eager, sdpa, flash, flex) are whatever the installed transformers does.
+  runs with a copy of its module globals, taken when it is first patched (a module of its own
+  in sys.modules, as torch.compile requires), in which ``apply_rotary_pos_emb`` is ropenorm's.
+  Nothing of the forward is copied, so the KV cache update, the mask and the attention-interface
+  dispatch (eager, sdpa, flash, flex) are whatever the installed transformers does.
 - **Mirroring** (the fused QK-norm + RoPE attention of Qwen3 / Gemma-3 and the fused add + norm
   decoder layers): a forward that changes the structure cannot reuse the stock code object, so
   it is written out here, mirroring transformers 5.17. Its stock counterpart is checked against
