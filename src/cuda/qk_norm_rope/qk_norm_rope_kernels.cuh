@@ -23,16 +23,19 @@
 // is safe. Element accesses are scalar (any alignment).
 //
 // Vector kernel (16-bit q/k, every operand aligned for 8-element vectors, D / 8 a power of two
-// <= 32, h = R / 2 a multiple of 8): the work is the flat list of (token, head) items, token
-// major (q heads, then k heads).
-//  - Item: block blockIdx.x owns items base + j for j < 2 * gpb (base = blockIdx.x * 2 * gpb,
-//    then strided by the grid); group j % gpb of G = D / 8 lanes owns items base + j and
-//    base + j + gpb (both loaded before either is computed).
+// <= 32, h = R / 2 a multiple of 8):
+//  - Token: block blockIdx.x owns token t = blockIdx.x, then every gridDim.x-th token. Every
+//    lane reads the token's position and its pairs' c_i, s_i once and reuses them for every head
+//    it processes (a lane's channels are the same in every head).
+//  - Head vector: group j of the block's gpb groups of G = D / 8 lanes owns heads j, j + gpb,
+//    ... of the token's Hq + Hk heads (q first, then k), two at a time (both loaded before
+//    either is computed).
 //  - Channels: lane l of a group owns the 8 contiguous channels 8l .. 8l + 7 (one 16-byte load
 //    and store). The weight factors (w + o) of wq and wk are staged once per block in shared
-//    memory as fp32 (every thread writes a strided share, then one barrier). neox: the partner of channel c < h is c + h, held by lane l + h / 8 (and back);
-//    the lanes exchange their normalised values with __shfl_sync, so each lane rotates its own
-//    channels. gptj: pairs (2i, 2i + 1) lie inside a lane. Channels >= R pass through.
+//    memory as fp32 (every thread writes a strided share, then one barrier). neox: the partner
+//    of channel c < h is c + h, held by lane l + h / 8 (and back); the lanes exchange their
+//    normalised values with __shfl_sync, so each lane rotates its own channels. gptj: pairs
+//    (2i, 2i + 1) lie inside a lane. Channels >= R pass through.
 //  - rms: lane's 8 squares in a fixed order, then a butterfly over the G lanes (every lane gets
 //    the same bits). Lane 0 of the group stores r.
 // Each lane writes exactly the channels it read, after the whole head was read (the shuffles
@@ -54,8 +57,8 @@ namespace ropenorm::cuda {
 constexpr int kQkNormRopeMaxThreads = 256;
 /// Channels per lane of the vector kernel (one 16-byte access of a 16-bit type).
 constexpr int kQkVecChannels = 8;
-/// Threads per block of the vector kernel.
-constexpr int kQkVecThreads = 128;
+/// Threads per block of the vector kernel at most.
+constexpr int kQkVecThreads = 256;
 /// Largest head_dim of the vector kernel (32 lanes of 8 channels).
 constexpr int kQkVecMaxDim = 32 * kQkVecChannels;
 
@@ -168,10 +171,9 @@ __global__ void __launch_bounds__(kQkNormRopeMaxThreads)
 }
 
 template <typename T>
-__global__ void __launch_bounds__(kQkVecThreads, 6) qk_norm_rope_vec_kernel(const QkNormRopeArgs args) {
+__global__ void __launch_bounds__(kQkVecThreads) qk_norm_rope_vec_kernel(const QkNormRopeArgs args) {
   constexpr int E = kQkVecChannels;
   constexpr unsigned kFull = 0xffffffffu;
-  griddep_wait();
   const RopeKernelArgs& a = args.rope;
   const int g = args.group;  // D / 8 lanes per head vector
   const int lane = threadIdx.x & 31;
@@ -183,107 +185,99 @@ __global__ void __launch_bounds__(kQkVecThreads, 6) qk_norm_rope_vec_kernel(cons
   const int partner = a.gptj || !rotary ? lane : (lane & ~(g - 1)) | (first ? sub + hl : sub - hl);
   const int i0 = a.gptj ? c0 / 2 : (first ? c0 : c0 - a.half);
   const int heads = a.hq + a.hk;
-  const int64_t total = a.tokens * heads;
   const int gpb = blockDim.x / g;
   const int gi = threadIdx.x / g;
 
   __shared__ __align__(16) float w_smem[2][kQkVecMaxDim];
+  griddep_wait();
   for (int j = threadIdx.x; j < a.head_dim; j += blockDim.x) {
     w_smem[0][j] = load_dyn(args.wq, args.wq_dtype, j) + args.weight_offset;
     w_smem[1][j] = load_dyn(args.wk, args.wk_dtype, j) + args.weight_offset;
   }
   __syncthreads();
 
-  for (int64_t base = static_cast<int64_t>(blockIdx.x) * 2 * gpb; base < total;
-       base += static_cast<int64_t>(gridDim.x) * 2 * gpb) {
-    RawVec<T, E> xr[2];
-    float cc[2][E], sn[2][E];
-    int64_t tok[2];
-    int hh[2];
-    bool valid[2];
+  for (int64_t t = blockIdx.x; t < a.tokens; t += gridDim.x) {
+    const int64_t b = t / a.seq;
+    const int64_t s = t - b * a.seq;
+    // This lane's c_i and s_i, once per token (pass-through lanes keep 1 and 0, unused).
+    float cc[E], sn[E];
 #pragma unroll
-    for (int u = 0; u < 2; ++u) {
-      const int64_t item = base + gi + u * gpb;
-      valid[u] = item < total;
-      tok[u] = valid[u] ? item / heads : 0;
-      hh[u] = valid[u] ? static_cast<int>(item - tok[u] * heads) : 0;
-#pragma unroll
-      for (int i = 0; i < E; ++i) {
-        xr[u].v[i] = 0;
-        cc[u][i] = 1.0f;
-        sn[u][i] = 0.0f;
-      }
-      if (valid[u]) {
-        const int64_t b = tok[u] / a.seq;
-        const int64_t s = tok[u] - b * a.seq;
-        const bool is_q = hh[u] < a.hq;
-        const T* x = rope_head_ptr<T>(is_q ? a.q : a.k, b, s, is_q ? hh[u] : hh[u] - a.hq);
-        load_raw<T, E>(x + c0, xr[u]);
-        if (rotary) {
-          const int64_t p = a.source == RopeSource::kGathered ? 0 : rope_position(a, b, s);
-          if (a.gptj) {
-            float c4[E / 2], s4[E / 2];
-            rope_cos_sin<E / 2>(a, p, b, s, i0, c4, s4);
-#pragma unroll
-            for (int k = 0; k < E / 2; ++k) {
-              cc[u][k] = c4[k];
-              sn[u][k] = s4[k];
-            }
-          } else {
-            rope_cos_sin<E>(a, p, b, s, i0, cc[u], sn[u]);
-          }
-        }
-      }
+    for (int i = 0; i < E; ++i) {
+      cc[i] = 1.0f;
+      sn[i] = 0.0f;
     }
-#pragma unroll
-    for (int u = 0; u < 2; ++u) {
-      float x[E];
-      widen<T, E>(xr[u], x);
-      float ss = 0.0f;
-#pragma unroll
-      for (int i = 0; i < E; ++i) ss = __fmaf_rn(x[i], x[i], ss);
-      for (int off = g >> 1; off > 0; off >>= 1) ss += __shfl_xor_sync(kFull, ss, off);
-      const float r = rms_rstd(ss, a.head_dim, args.eps);
-      const bool is_q = hh[u] < a.hq;
-      const float4* w4 = reinterpret_cast<const float4*>(&w_smem[is_q ? 0 : 1][c0]);
-      const float4 wa = w4[0], wb = w4[1];
-      const float w[E] = {wa.x, wa.y, wa.z, wa.w, wb.x, wb.y, wb.z, wb.w};
-      float n[E], y[E];
-#pragma unroll
-      for (int i = 0; i < E; ++i) n[i] = rms_apply_exact(x[i], r, w[i]);
+    if (rotary) {
+      const int64_t p = a.source == RopeSource::kGathered ? 0 : rope_position(a, b, s);
       if (a.gptj) {
+        float c4[E / 2], s4[E / 2];
+        rope_cos_sin<E / 2>(a, p, b, s, i0, c4, s4);
 #pragma unroll
         for (int k = 0; k < E / 2; ++k) {
-          if (rotary) {
-            rope_rotate_pair(n[2 * k], n[2 * k + 1], cc[u][k], sn[u][k], &y[2 * k], &y[2 * k + 1]);
-          } else {
-            y[2 * k] = n[2 * k];
-            y[2 * k + 1] = n[2 * k + 1];
-          }
+          cc[k] = c4[k];
+          sn[k] = s4[k];
         }
       } else {
+        rope_cos_sin<E>(a, p, b, s, i0, cc, sn);
+      }
+    }
+
+    for (int h0 = gi; h0 < heads; h0 += 2 * gpb) {
+      RawVec<T, E> xr[2];
+      int hh[2];
 #pragma unroll
-        for (int i = 0; i < E; ++i) {
-          const float pn = __shfl_sync(kFull, n[i], partner);
-          float ya, yb;
-          if (first) {
-            rope_rotate_pair(n[i], pn, cc[u][i], sn[u][i], &ya, &yb);
-            y[i] = ya;
-          } else {
-            rope_rotate_pair(pn, n[i], cc[u][i], sn[u][i], &ya, &yb);
-            y[i] = yb;
-          }
-          if (!rotary) y[i] = n[i];
+      for (int u = 0; u < 2; ++u) {
+        hh[u] = h0 + u * gpb;
+#pragma unroll
+        for (int i = 0; i < E; ++i) xr[u].v[i] = 0;
+        if (hh[u] < heads) {
+          const bool is_q = hh[u] < a.hq;
+          const T* x = rope_head_ptr<T>(is_q ? a.q : a.k, b, s, is_q ? hh[u] : hh[u] - a.hq);
+          load_raw<T, E>(x + c0, xr[u]);
         }
       }
-      if (valid[u]) {
-        const int64_t b = tok[u] / a.seq;
-        const int64_t s = tok[u] - b * a.seq;
-        const int local = is_q ? hh[u] : hh[u] - a.hq;
-        T* out = const_cast<T*>(rope_head_ptr<T>(is_q ? a.q_out : a.k_out, b, s, local));
-        store_pack<T, E>(out + c0, y);
-        float* rs = is_q ? args.q_rstd : args.k_rstd;
-        if (sub == 0 && rs != nullptr) rs[tok[u] * (is_q ? a.hq : a.hk) + local] = r;
+#pragma unroll
+      for (int u = 0; u < 2; ++u) {
+        float x[E];
+        widen<T, E>(xr[u], x);
+        float ss = 0.0f;
+#pragma unroll
+        for (int i = 0; i < E; ++i) ss = __fmaf_rn(x[i], x[i], ss);
+        for (int off = g >> 1; off > 0; off >>= 1) ss += __shfl_xor_sync(kFull, ss, off);
+        const float r = rms_rstd(ss, a.head_dim, args.eps);
+        const bool is_q = hh[u] < a.hq;
+        const float4* w4 = reinterpret_cast<const float4*>(&w_smem[is_q ? 0 : 1][c0]);
+        const float4 wa = w4[0], wb = w4[1];
+        const float w[E] = {wa.x, wa.y, wa.z, wa.w, wb.x, wb.y, wb.z, wb.w};
+        float n[E], y[E];
+#pragma unroll
+        for (int i = 0; i < E; ++i) n[i] = rms_apply_exact(x[i], r, w[i]);
+        if (a.gptj) {
+#pragma unroll
+          for (int k = 0; k < E / 2; ++k) {
+            y[2 * k] = n[2 * k];
+            y[2 * k + 1] = n[2 * k + 1];
+            if (rotary) {
+              rope_rotate_pair(n[2 * k], n[2 * k + 1], cc[k], sn[k], &y[2 * k], &y[2 * k + 1]);
+            }
+          }
+        } else {
+#pragma unroll
+          for (int i = 0; i < E; ++i) {
+            // The lane's own output of rope_rotate_pair(a, b): a' = a c - b s (first half) or
+            // b' = a s + b c (second half), with a, b the pair's values.
+            const float pn = __shfl_sync(kFull, n[i], partner);
+            y[i] = first ? rope_diff_of_products(n[i], cc[i], pn, sn[i])
+                         : rope_diff_of_products(pn, sn[i], -n[i], cc[i]);
+            if (!rotary) y[i] = n[i];
+          }
+        }
+        if (hh[u] < heads) {
+          const int local = is_q ? hh[u] : hh[u] - a.hq;
+          T* out = const_cast<T*>(rope_head_ptr<T>(is_q ? a.q_out : a.k_out, b, s, local));
+          store_pack<T, E>(out + c0, y);
+          float* rs = is_q ? args.q_rstd : args.k_rstd;
+          if (sub == 0 && rs != nullptr) rs[t * (is_q ? a.hq : a.hk) + local] = r;
+        }
       }
     }
   }

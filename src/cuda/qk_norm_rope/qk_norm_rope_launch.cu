@@ -88,10 +88,11 @@ Status qk_norm_rope(const TensorRef& q, const TensorRef& k, const TensorRef& wq,
                 cuda::rope_access_width(c.rope, g, a) == cuda::kQkVecChannels &&
                 vec_lanes <= 32 && (vec_lanes & (vec_lanes - 1)) == 0;
   if (plan.vector) {
+    // Enough groups for all of a token's heads at two per group, at most kQkVecThreads.
     qa.group = static_cast<int>(vec_lanes);
-    plan.threads = cuda::kQkVecThreads;
-    const int64_t per_block = 2 * (cuda::kQkVecThreads / vec_lanes);
-    plan.grid = std::min<int64_t>((g.tokens * heads + per_block - 1) / per_block, kMaxGrid);
+    const int64_t want = (heads + 1) / 2 * vec_lanes;
+    plan.threads = static_cast<int>(std::min<int64_t>(cuda::kQkVecThreads, (want + 31) / 32 * 32));
+    plan.grid = std::min<int64_t>(g.tokens, kMaxGrid);
   } else {
     qa.group = group_for(qa.slots);
     const int need = (qa.slots + qa.group - 1) / qa.group;
