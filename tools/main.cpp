@@ -18,6 +18,7 @@
 #include "bench_backward.h"
 #include "bench_rms_norm.h"
 #include "bench_qk_norm_rope.h"
+#include "bench_qk_norm_rope_backward.h"
 #include "bench_rope.h"
 #include "bench_timing.h"
 #include "device_info.h"
@@ -97,6 +98,7 @@ int run_main_job(bool timing, bool quick, const std::string& out_dir,
   if (st.ok() && want("rope")) st = bench::bench_rope(o, &rows, std::cout);
   if (st.ok() && want("backward")) st = bench::bench_backward(o, &rows, std::cout);
   if (st.ok() && want("qk_norm_rope")) st = bench::bench_qk_norm_rope(o, &rows, std::cout);
+  if (st.ok() && want("qk_norm_rope")) st = bench::bench_qk_norm_rope_backward(o, &rows, std::cout);
   cudaStreamDestroy(stream);
   if (!st.ok()) {
     std::fprintf(stderr, "error: %s\n", st.message().c_str());
@@ -123,7 +125,11 @@ int run_main_job(bool timing, bool quick, const std::string& out_dir,
     rc.copy_bandwidth_gbps = o.copy_gbps;
     rc.results = rows;
     std::filesystem::create_directories(out_dir);
-    const std::string stem = out_dir + "/bench-" + slug(dev.name) + (quick ? "-quick" : "");
+    // A run of some op families only is named after them, so it never replaces the full receipt.
+    std::string families;
+    for (const auto& f : ops) families += "-" + f;
+    const std::string stem =
+        out_dir + "/bench-" + slug(dev.name) + (quick ? "-quick" : "") + families;
     st = bench::write_and_check_receipt(rc, stem);
     if (!st.ok()) {
       std::fprintf(stderr, "error: %s\n", st.message().c_str());
