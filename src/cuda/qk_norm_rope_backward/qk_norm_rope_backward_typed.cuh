@@ -85,8 +85,9 @@ Status launch_qk_norm_rope_backward_typed(const QkNormRopeBackwardArgs& a,
   return Status::Ok();
 }
 
-#define ROPENORM_INSTANTIATE_QK_NORM_ROPE_BACKWARD(T)    \
-  template Status launch_qk_norm_rope_backward_typed<T>( \
+#define ROPENORM_INSTANTIATE_QK_NORM_ROPE_BACKWARD(T)                                   \
+  template int qk_norm_rope_backward_occupancy<T>(const core::QkNormRopeBackwardPlan&); \
+  template Status launch_qk_norm_rope_backward_typed<T>(                                \
       const QkNormRopeBackwardArgs&, const core::QkNormRopeBackwardPlan&, cudaStream_t);
 
 }  // namespace ropenorm::cuda

@@ -1,0 +1,278 @@
+// GPU tests of the fused QK-norm + RoPE backward against the float64 oracle (per head vector:
+// the inverse rotation of the incoming gradient, then the RMSNorm backward; dw summed over every
+// head vector): head dims (common and odd), full and half rotary, both styles, GQA head counts,
+// packed QKV views and separate tensors, in place and out of place, saved and recomputed rstd,
+// every dtype and cos/sin source, weight dtypes other than q's, Gemma's offset, zero head
+// vectors, the eps range, random positions, a short workspace; plus bitwise run-to-run
+// determinism of dq, dk, dwq and dwk and the independence of a head's dq from T and the other
+// heads.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "gpu_util.h"
+#include "ropenorm/qk_norm_rope_backward.h"
+#include "verify/qk_norm_rope_backward_case.h"
+
+namespace ropenorm {
+namespace {
+
+using verify::QkNormRopeBackwardCase;
+using verify::QkNormRopeBackwardInputs;
+using verify::QkNormRopeBackwardOutcome;
+using verify::RopeLayout;
+using verify::RopePosKind;
+
+QkNormRopeBackwardOutcome expect_pass(const QkNormRopeBackwardCase& c,
+                                      const QkNormRopeBackwardInputs& in) {
+  auto out = verify::run_case(c, in);
+  if (!c.short_workspace) EXPECT_TRUE(out.status.ok()) << out.status.message();
+  EXPECT_TRUE(out.passed) << out.summary;
+  return out;
+}
+
+QkNormRopeBackwardOutcome expect_pass(const QkNormRopeBackwardCase& c) {
+  return expect_pass(c, verify::make_inputs(c));
+}
+
+const DType kFloatTypes[] = {DType::kBFloat16, DType::kFloat16, DType::kFloat32};
+
+TEST(GpuQkNormRopeBackward, HeadDimsRotaryStylesLayouts) {
+  ROPENORM_REQUIRE_GPU();
+  uint64_t seed = 1;
+  for (int64_t d : {2, 6, 64, 80, 128, 256}) {
+    for (int64_t frac : {1, 2}) {
+      const int64_t r = d / frac;
+      if (r < 2 || r % 2 != 0) continue;
+      for (RopeStyle style : {RopeStyle::kNeox, RopeStyle::kGptj}) {
+        for (RopeLayout layout : {RopeLayout::kSeparate, RopeLayout::kPackedQkv}) {
+          for (bool in_place : {false, true}) {
+            QkNormRopeBackwardCase c;
+            c.rope.seq = 13;
+            c.rope.hq = 16;
+            c.rope.hk = 1;
+            c.rope.head_dim = d;
+            c.rope.rotary_dim = frac == 1 ? 0 : r;
+            c.rope.style = style;
+            c.rope.layout = layout;
+            c.rope.in_place = in_place;
+            c.rope.dtype = kFloatTypes[seed % 3];
+            c.w_dtype = kFloatTypes[(seed / 3) % 3];
+            c.with_rstd = seed % 2 == 0;
+            c.rope.seed = seed++;
+            expect_pass(c);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(GpuQkNormRopeBackward, DtypesGqaSourcesAndRstd) {
+  ROPENORM_REQUIRE_GPU();
+  uint64_t seed = 100;
+  for (DType dt : kFloatTypes) {
+    for (auto heads : {std::pair<int64_t, int64_t>{32, 8}, {16, 1}}) {
+      for (CosSinKind src : {CosSinKind::kCache, CosSinKind::kHfCosSin,
+                             CosSinKind::kHfCosSinGathered, CosSinKind::kInvFreq}) {
+        for (bool with_rstd : {true, false}) {
+          QkNormRopeBackwardCase c;
+          c.rope.seq = 21;
+          c.rope.hq = heads.first;
+          c.rope.hk = heads.second;
+          c.rope.head_dim = 128;
+          c.rope.dtype = dt;
+          c.rope.source = src;
+          c.rope.cs_dtype = kFloatTypes[seed % 3];
+          if (src == CosSinKind::kInvFreq) c.rope.attention_scaling = 1.25f;
+          c.rope.pos_kind = seed % 2 ? RopePosKind::kI32 : RopePosKind::kI64;
+          c.rope.layout = seed % 3 ? RopeLayout::kPackedQkv : RopeLayout::kSeparate;
+          c.rope.in_place = seed % 4 == 1;
+          c.w_dtype = kFloatTypes[(seed + 1) % 3];  // never q's for the first pass of each dt
+          c.with_rstd = with_rstd;
+          c.rope.seed = seed++;
+          expect_pass(c);
+        }
+      }
+    }
+  }
+}
+
+TEST(GpuQkNormRopeBackward, EpsOffsetArangeMisalignedNoDw) {
+  ROPENORM_REQUIRE_GPU();
+  uint64_t seed = 200;
+  for (float eps : {1e-12f, 1e-2f}) {
+    for (float o : {0.0f, 1.0f}) {
+      for (bool want_dw : {true, false}) {
+        QkNormRopeBackwardCase c;
+        c.rope.seq = 9;
+        c.rope.hq = 32;
+        c.rope.hk = 8;
+        c.rope.head_dim = 64;
+        c.rope.style = seed % 2 ? RopeStyle::kGptj : RopeStyle::kNeox;
+        c.rope.pos_kind = RopePosKind::kArange;
+        c.rope.storage_offset = seed % 4 == 3 ? 1 : 0;  // the scalar path
+        c.rope.dtype = kFloatTypes[seed % 3];
+        c.eps = eps;
+        c.weight_offset = o;
+        c.with_rstd = want_dw;
+        c.want_dw = want_dw;
+        c.rope.seed = seed++;
+        expect_pass(c);
+      }
+    }
+  }
+}
+
+TEST(GpuQkNormRopeBackward, ShortWorkspaceIsRefusedAndNothingWritten) {
+  ROPENORM_REQUIRE_GPU();
+  QkNormRopeBackwardCase c;
+  c.rope.seq = 700;
+  c.rope.hq = 4;
+  c.rope.hk = 2;
+  c.rope.head_dim = 64;
+  c.short_workspace = true;
+  expect_pass(c);
+}
+
+TEST(GpuQkNormRopeBackward, ZeroHeadVectors) {
+  ROPENORM_REQUIRE_GPU();
+  for (DType dt : kFloatTypes) {
+    for (int64_t d : {6, 128}) {
+      for (bool with_rstd : {true, false}) {
+        QkNormRopeBackwardCase c;
+        c.rope.seq = 5;
+        c.rope.hq = 4;
+        c.rope.hk = 2;
+        c.rope.head_dim = d;
+        c.rope.dtype = dt;
+        c.rope.seed = 300 + d + with_rstd;
+        c.eps = dt == DType::kFloat16 ? 1e-6f : 1e-12f;  // r = 1/sqrt(eps) keeps f16 finite
+        c.with_rstd = with_rstd;
+        auto in = verify::make_inputs(c);
+        // Head 1 of q at token 2 and head 0 of k at token 4: all zeros (dx = r g, no dw share).
+        for (int64_t j = 0; j < d; ++j) {
+          in.rope.q.set((2 * c.rope.hq + 1) * d + j, 0.0);
+          in.rope.k.set((4 * c.rope.hk + 0) * d + j, 0.0);
+        }
+        expect_pass(c, in);
+      }
+    }
+  }
+}
+
+// Two runs of the same inputs give the same bits: dq, dk, dwq and dwk (fixed-order reductions).
+TEST(GpuQkNormRopeBackward, BitwiseDeterministicRunToRun) {
+  ROPENORM_REQUIRE_GPU();
+  for (DType dt : kFloatTypes) {
+    QkNormRopeBackwardCase c;
+    c.rope.seq = 3000;
+    c.rope.hq = 32;
+    c.rope.hk = 8;
+    c.rope.head_dim = 128;
+    c.rope.dtype = dt;
+    c.rope.layout = RopeLayout::kPackedQkv;
+    c.w_dtype = DType::kFloat32;
+    c.with_rstd = false;
+    c.rope.seed = 500;
+    const auto in = verify::make_inputs(c);
+    const auto a = expect_pass(c, in);
+    const auto b = expect_pass(c, in);
+    ASSERT_EQ(a.dq_val.bytes, b.dq_val.bytes);
+    ASSERT_EQ(a.dk_val.bytes, b.dk_val.bytes);
+    ASSERT_EQ(a.dwq.bytes, b.dwq.bytes);
+    ASSERT_EQ(a.dwk.bytes, b.dwk.bytes);
+  }
+}
+
+// A head's dq bits depend only on its own x, dout, position and the weights: not on T, not on
+// the other heads.
+TEST(GpuQkNormRopeBackward, HeadResultIndependentOfTAndOtherHeads) {
+  ROPENORM_REQUIRE_GPU();
+  for (DType dt : kFloatTypes) {
+    for (int64_t d : {6, 80, 256}) {
+      QkNormRopeBackwardCase c;
+      c.rope.seq = 33;
+      c.rope.hq = 16;
+      c.rope.hk = 4;
+      c.rope.head_dim = d;
+      c.rope.dtype = dt;
+      c.rope.layout = RopeLayout::kPackedQkv;
+      c.with_rstd = false;
+      c.rope.seed = 400 + d;
+      const auto in = verify::make_inputs(c);
+      const auto a = expect_pass(c, in);
+
+      // The same token alone (T = 1), at the same position.
+      const int64_t tok = 17;
+      QkNormRopeBackwardCase c1 = c;
+      c1.rope.seq = 1;
+      QkNormRopeBackwardInputs in1 = in;
+      const size_t es = dtype_size(dt);
+      auto one = [&](const ref::HostTensor& src, int64_t heads) {
+        ref::HostTensor t(dt, heads * d);
+        std::memcpy(t.bytes.data(), src.bytes.data() + tok * heads * d * es, t.bytes.size());
+        return t;
+      };
+      in1.rope.q = one(in.rope.q, c.rope.hq);
+      in1.rope.k = one(in.rope.k, c.rope.hk);
+      in1.dq_out = one(in.dq_out, c.rope.hq);
+      in1.dk_out = one(in.dk_out, c.rope.hk);
+      in1.rope.positions = {in.rope.positions[tok]};
+      const auto b = expect_pass(c1, in1);
+      for (int64_t i = 0; i < c.rope.hq * d; ++i) {
+        ASSERT_EQ(b.dq_val.bits(i), a.dq_val.bits(tok * c.rope.hq * d + i)) << "dq element " << i;
+      }
+      for (int64_t i = 0; i < c.rope.hk * d; ++i) {
+        ASSERT_EQ(b.dk_val.bits(i), a.dk_val.bits(tok * c.rope.hk * d + i)) << "dk element " << i;
+      }
+
+      // Every other head redrawn: head 3 of q and head 1 of k keep their bits.
+      QkNormRopeBackwardInputs in2 = in;
+      std::mt19937_64 rng(99);
+      ref::fill_normal(in2.rope.q, rng, 3.0);
+      ref::fill_normal(in2.rope.k, rng, 3.0);
+      ref::fill_normal(in2.dq_out, rng, 2.0);
+      ref::fill_normal(in2.dk_out, rng, 2.0);
+      for (int64_t t = 0; t < c.rope.seq; ++t) {
+        const size_t qo = static_cast<size_t>((t * c.rope.hq + 3) * d) * es;
+        const size_t ko = static_cast<size_t>((t * c.rope.hk + 1) * d) * es;
+        std::memcpy(in2.rope.q.bytes.data() + qo, in.rope.q.bytes.data() + qo, d * es);
+        std::memcpy(in2.rope.k.bytes.data() + ko, in.rope.k.bytes.data() + ko, d * es);
+        std::memcpy(in2.dq_out.bytes.data() + qo, in.dq_out.bytes.data() + qo, d * es);
+        std::memcpy(in2.dk_out.bytes.data() + ko, in.dk_out.bytes.data() + ko, d * es);
+      }
+      const auto e = expect_pass(c, in2);
+      for (int64_t t = 0; t < c.rope.seq; ++t) {
+        for (int64_t j = 0; j < d; ++j) {
+          ASSERT_EQ(e.dq_val.bits((t * c.rope.hq + 3) * d + j),
+                    a.dq_val.bits((t * c.rope.hq + 3) * d + j));
+          ASSERT_EQ(e.dk_val.bits((t * c.rope.hk + 1) * d + j),
+                    a.dk_val.bits((t * c.rope.hk + 1) * d + j));
+        }
+      }
+    }
+  }
+}
+
+// Many tokens (several tokens per block of the persistent grid, the largest grid): dw sums over
+// about 650000 head vectors.
+TEST(GpuQkNormRopeBackward, ManyTokens) {
+  ROPENORM_REQUIRE_GPU();
+  QkNormRopeBackwardCase c;
+  c.rope.seq = 16384;
+  c.rope.hq = 32;
+  c.rope.hk = 8;
+  c.rope.head_dim = 128;
+  c.rope.table_rows = 16384;
+  c.rope.layout = RopeLayout::kPackedQkv;
+  c.rope.in_place = true;
+  c.w_dtype = DType::kFloat32;
+  c.rope.seed = 600;
+  expect_pass(c);
+}
+
+}  // namespace
+}  // namespace ropenorm
