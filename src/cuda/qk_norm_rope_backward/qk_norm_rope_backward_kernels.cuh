@@ -50,6 +50,15 @@ __device__ __forceinline__ void qk_bwd_slot_runs(const RopeKernelArgs& a, int ro
   }
 }
 
+/// a / b for non-negative a and b > 0: one 32-bit division when both fit (the common case), the
+/// 64-bit one otherwise.
+__device__ __forceinline__ int64_t qk_bwd_div(int64_t a, int64_t b) {
+  if (((a | b) >> 31) == 0) {
+    return static_cast<int64_t>(static_cast<uint32_t>(a) / static_cast<uint32_t>(b));
+  }
+  return a / b;
+}
+
 /// Sum over the G lanes of a group (butterfly; every lane of the warp takes part).
 __device__ __forceinline__ float qk_bwd_group_sum(float v, int g) {
   for (int off = g >> 1; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
@@ -89,10 +98,10 @@ __global__ void __launch_bounds__(core::kQkBwdThreads)
   for (int64_t base = 0; base < items; base += ngroups) {
     const int64_t it = base + gi;
     const bool active = it < items;
-    const int64_t tl = active ? it / heads : 0;
+    const int64_t tl = active ? qk_bwd_div(it, heads) : 0;
     const int hh = active ? static_cast<int>(it - tl * heads) : 0;
     const int64_t t = t0 + tl;
-    const int64_t b = t / a.seq;
+    const int64_t b = qk_bwd_div(t, a.seq);
     const int64_t s = t - b * a.seq;
     const bool is_q = hh < a.hq;
     const int local = is_q ? hh : hh - a.hq;
