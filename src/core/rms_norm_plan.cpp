@@ -80,12 +80,17 @@ RmsNormPlan plan_rms_norm(int64_t n, int vec, int x_elem, int r_elem, bool has_w
       p.smem_bytes = 0;
       return p;
     }
+    // The direct kernel: registers only, no shared-memory ring, weight read from global memory.
     p.path = RmsNormPath::kBlockPerRow;
     p.vpt = vpt;
     p.threads = round_up((nvec + vpt - 1) / vpt, 32);
+    p.stages = 0;
+    p.weight_in_smem = false;
+    p.smem_bytes = 0;
+    return p;
   }
-  // Ring depth and weight staging within the shared-memory budget: deepest ring first.
-  const int64_t slices = p.path == RmsNormPath::kWarpPerRow ? p.rows_per_block : 1;
+  // Warp path: ring depth and weight staging within the shared-memory budget, deepest first.
+  const int64_t slices = p.rows_per_block;
   const int64_t weight_bytes = ((n + 3) / 4 * 4) * 4;
   const int64_t scratch = 32 * 4;
   for (int stages : {4, 2}) {

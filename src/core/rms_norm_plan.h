@@ -13,7 +13,7 @@ namespace ropenorm::core {
 
 enum class RmsNormPath : int {
   kWarpPerRow = 0,   ///< one warp per row, several rows per block, shuffle-only reduction
-  kBlockPerRow = 1,  ///< one block per row, row held in registers, block reduction
+  kBlockPerRow = 1,  ///< one block per row, loaded straight into registers, block reduction
   kTwoPass = 2,      ///< rows too wide for registers: sum pass, then re-read and scale
 };
 
@@ -48,8 +48,8 @@ struct RmsNormPlan {
   int vpt = 1;                  ///< vectors per thread (register-resident paths)
   int threads = 32;             ///< threads per row (32 for kWarpPerRow)
   int rows_per_block = 1;       ///< kWarpPerRow: warps (rows in flight) per block
-  int stages = 4;               ///< shared-memory ring depth (rows paths)
-  bool weight_in_smem = false;  ///< (w + o) staged in shared memory as fp32
+  int stages = 4;               ///< shared-memory ring depth (warp path; 0 otherwise)
+  bool weight_in_smem = false;  ///< (w + o) staged in shared memory as fp32 (warp path)
   int64_t smem_bytes = 0;       ///< dynamic shared memory per block
 };
 

@@ -29,6 +29,7 @@ struct RmsNormKernelArgs {
   float w_offset;
   Rounding rounding;
   bool weight_in_smem;  // stage (w + o) in shared memory (rows kernel; n <= kSmemWeightMax)
+  bool weight_vec;      // weight 16-byte aligned: vector reads of it on rows of phase 0
 };
 
 }  // namespace ropenorm::cuda

@@ -17,6 +17,9 @@
 //    and residual_out may alias residual exactly.
 //  - Weight factors (w + o), fp32, are staged once per block in shared memory when they fit
 //    (a.weight_in_smem); every thread writes a strided share, then the block synchronises once.
+//  - direct kernel (block path): the block owns rows blockIdx.x, blockIdx.x + gridDim.x, ...;
+//    thread t owns vectors t, t + T, ... (VPT of them) and edge element t of each row, loaded
+//    straight from global memory into registers; the weight is read from global memory.
 //  - two-pass kernel (rows too wide for registers): the block owns row blockIdx.x (then strides
 //    by gridDim.x); thread t loops over vectors t, t + 512, ...; pass one sums squares (and
 //    writes s), pass two re-reads its own elements and writes y.
@@ -144,15 +147,16 @@ __device__ __forceinline__ void issue_row(const RmsNormKernelArgs& a, int64_t ro
   }
 }
 
-/// Reads one row's share back from stage s, reduces it and writes y (and s).
-template <typename Tx, typename Tr, int V, int VPT, int S, bool kWarp>
-__device__ __forceinline__ void consume_row(const RmsNormKernelArgs& a, int64_t row, int s,
-                                            const Ring<Tx, Tr, V, VPT, S>& ring,
+/// One row's share of a thread: takes its vectors through xsrc(k) / rsrc(k) (pointers to the V
+/// elements of x / residual of the thread's k-th vector: a ring slot or global memory), all of
+/// them loaded before any is used or s is stored; reduces the row and writes y (and s).
+template <typename Tx, typename Tr, int V, int VPT, bool kWarp, typename XSrc, typename RSrc>
+__device__ __forceinline__ void process_row(const RmsNormKernelArgs& a, int64_t row, int tid,
+                                            int nthreads, XSrc xsrc, RSrc rsrc,
                                             const float* w_smem, float* scratch, Tx ex,
                                             NormInputT<Tx, Tr> er) {
   using Tnorm = NormInputT<Tx, Tr>;
-  constexpr bool kFused = Ring<Tx, Tr, V, VPT, S>::kFused;
-  const int tid = ring.tid, nthreads = ring.nthreads;
+  constexpr bool kFused = !std::is_same_v<Tr, NoResidual>;
   const Tx* x = static_cast<const Tx*>(a.x) + a.x_rows.offset(row);
   const int p = row_phase<Tx, V>(x, a.n);
   const int nbody = static_cast<int>((a.n - p) / V);
@@ -162,21 +166,27 @@ __device__ __forceinline__ void consume_row(const RmsNormKernelArgs& a, int64_t 
   Tnorm* s_row = nullptr;
   if constexpr (kFused) s_row = static_cast<Tnorm*>(a.residual_out) + a.ro_rows.offset(row);
   float v[VPT][V];
+  float rv[kFused ? VPT : 1][V];
 #pragma unroll
   for (int k = 0; k < VPT; ++k) {
     const int j = tid + k * nthreads;
     if (j < nbody) {
-      load_pack<Tx, V>(reinterpret_cast<const Tx*>(ring.x_slot(s, k)), v[k]);
-      if constexpr (kFused) {
-        float rv[V];
-        load_pack<Tr, V>(reinterpret_cast<const Tr*>(ring.r_slot(s, k)), rv);
-#pragma unroll
-        for (int i = 0; i < V; ++i) v[k][i] = round_through<Tr>(v[k][i] + rv[i]);
-        store_pack<Tr, V>(s_row + p + static_cast<int64_t>(j) * V, v[k]);
-      }
+      load_pack<Tx, V>(xsrc(k), v[k]);
+      if constexpr (kFused) load_pack<Tr, V>(rsrc(k), rv[k]);
     } else {
 #pragma unroll
       for (int i = 0; i < V; ++i) v[k][i] = 0.0f;
+    }
+  }
+  if constexpr (kFused) {
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) {
+      const int j = tid + k * nthreads;
+      if (j < nbody) {
+#pragma unroll
+        for (int i = 0; i < V; ++i) v[k][i] = round_through<Tr>(v[k][i] + rv[k][i]);
+        store_pack<Tr, V>(s_row + p + static_cast<int64_t>(j) * V, v[k]);
+      }
     }
   }
   float ve = 0.0f;
@@ -223,6 +233,10 @@ __device__ __forceinline__ void consume_row(const RmsNormKernelArgs& a, int64_t 
 #pragma unroll
           for (int i = 0; i < V; ++i) w[i] = w_smem[col + i];
         }
+      } else if (a.weight_vec && p == 0) {
+        load_pack_dyn<V>(a.weight, a.w_dtype, col, w);
+#pragma unroll
+        for (int i = 0; i < V; ++i) w[i] += a.w_offset;
       } else {
 #pragma unroll
         for (int i = 0; i < V; ++i) w[i] = weight_factor(a, nullptr, col + i);
@@ -296,9 +310,50 @@ __global__ void __launch_bounds__(core::kRowsMaxThreads)
       if (ahead < a.m) issue_row<Tx, Tr, V, VPT, S>(a, ahead, ns, ring, ex[ns], er[ns]);
       cp_async_commit();
       cp_async_wait<S - 1>();
-      consume_row<Tx, Tr, V, VPT, S, kWarp>(a, row, s, ring, w_smem, scratch, ex[s], er[s]);
+      process_row<Tx, Tr, V, VPT, kWarp>(
+          a, row, ring.tid, ring.nthreads,
+          [&](int k) { return reinterpret_cast<const Tx*>(ring.x_slot(s, k)); },
+          [&](int k) { return reinterpret_cast<const Tr*>(ring.r_slot(s, k)); }, w_smem, scratch,
+          ex[s], er[s]);
       row += step;
     }
+  }
+}
+
+/// Direct kernel (block per row, rows that fit in registers): block b owns rows b, b + gridDim.x,
+/// ...; thread t owns vectors t, t + blockDim.x, ... (VPT of them) and the edge element t,
+/// loaded straight from global memory into registers (all of them before the reduction); the
+/// weight is read from global memory (L1/L2-resident), as 16-byte vectors when the row's phase
+/// and the weight's alignment allow.
+template <typename Tx, typename Tr, int V, int VPT>
+__global__ void __launch_bounds__(core::kRowsMaxThreads)
+    rms_norm_direct_kernel(const RmsNormKernelArgs a) {
+  using Tnorm = NormInputT<Tx, Tr>;
+  constexpr bool kFused = !std::is_same_v<Tr, NoResidual>;
+  __shared__ float scratch[32];
+  const int tid = threadIdx.x;
+  const int nthreads = blockDim.x;
+  griddep_wait();
+  griddep_launch_dependents();
+  for (int64_t row = blockIdx.x; row < a.m; row += gridDim.x) {
+    const Tx* x = static_cast<const Tx*>(a.x) + a.x_rows.offset(row);
+    const Tr* r = nullptr;
+    if constexpr (kFused) r = static_cast<const Tr*>(a.residual) + a.r_rows.offset(row);
+    const int p = row_phase<Tx, V>(x, a.n);
+    const int nbody = static_cast<int>((a.n - p) / V);
+    const int edges = static_cast<int>(a.n - static_cast<int64_t>(nbody) * V);
+    Tx ex{};
+    Tnorm er{};
+    if (tid < edges) {
+      const int64_t e_col = edge_col(tid, p, nbody, V);
+      ex = x[e_col];
+      if constexpr (kFused) er = r[e_col];
+    }
+    process_row<Tx, Tr, V, VPT, false>(
+        a, row, tid, nthreads,
+        [&](int k) { return x + p + static_cast<int64_t>(tid + k * nthreads) * V; },
+        [&](int k) { return r + p + static_cast<int64_t>(tid + k * nthreads) * V; }, nullptr,
+        scratch, ex, er);
   }
 }
 

@@ -53,6 +53,7 @@ Status run_rms_norm(const core::RmsNormCall& c, Stream stream) {
   const core::RmsNormPlan plan =
       core::plan_rms_norm(a.n, vec, xs, c.fused ? rs : 0, c.weight.defined());
   a.weight_in_smem = plan.weight_in_smem;
+  a.weight_vec = a.weight != nullptr && reinterpret_cast<uintptr_t>(a.weight) % 16 == 0;
   auto s = reinterpret_cast<cudaStream_t>(stream);
 
   return core::dispatch_float_dtype<cuda::f16, cuda::bf16>(

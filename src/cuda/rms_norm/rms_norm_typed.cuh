@@ -87,24 +87,46 @@ Status launch_rows(const RmsNormKernelArgs& a, const core::RmsNormPlan& p, cudaS
   }
 }
 
+template <typename Kernel>
+Status launch_grid(Kernel kernel, const RmsNormKernelArgs& a, int threads, cudaStream_t s) {
+  const int64_t grid = a.m < kMaxGrid ? a.m : kMaxGrid;
+  const cudaError_t e =
+      launch_with_pdl(kernel, dim3(static_cast<unsigned>(grid)), dim3(threads), 0, s, a);
+  if (e != cudaSuccess) {
+    return Status(StatusCode::kDeviceError,
+                  std::string("rms_norm: kernel launch failed: ") + cudaGetErrorString(e));
+  }
+  return Status::Ok();
+}
+
+template <typename Tx, typename Tr, int V>
+Status launch_direct(const RmsNormKernelArgs& a, const core::RmsNormPlan& p, cudaStream_t s) {
+  switch (p.vpt) {
+    case 1:
+      return launch_grid(rms_norm_direct_kernel<Tx, Tr, V, 1>, a, p.threads, s);
+    case 2:
+      return launch_grid(rms_norm_direct_kernel<Tx, Tr, V, 2>, a, p.threads, s);
+    case 4:
+      return launch_grid(rms_norm_direct_kernel<Tx, Tr, V, 4>, a, p.threads, s);
+    case 8:
+      if constexpr (V * 8 <= core::kMaxRegElems) {
+        return launch_grid(rms_norm_direct_kernel<Tx, Tr, V, 8>, a, p.threads, s);
+      }
+      return bad_plan("vectors per thread", p.vpt);
+    default:
+      return bad_plan("vectors per thread", p.vpt);
+  }
+}
+
 template <typename Tx, typename Tr, int V>
 Status launch_path(const RmsNormKernelArgs& a, const core::RmsNormPlan& p, cudaStream_t s) {
   switch (p.path) {
     case core::RmsNormPath::kWarpPerRow:
       return launch_rows<Tx, Tr, V, true>(a, p, s);
     case core::RmsNormPath::kBlockPerRow:
-      return launch_rows<Tx, Tr, V, false>(a, p, s);
-    case core::RmsNormPath::kTwoPass: {
-      int64_t grid = a.m < kMaxGrid ? a.m : kMaxGrid;
-      const cudaError_t e =
-          launch_with_pdl(rms_norm_two_pass_kernel<Tx, Tr, V>, dim3(static_cast<unsigned>(grid)),
-                          dim3(p.threads), 0, s, a);
-      if (e != cudaSuccess) {
-        return Status(StatusCode::kDeviceError,
-                      std::string("rms_norm: kernel launch failed: ") + cudaGetErrorString(e));
-      }
-      return Status::Ok();
-    }
+      return launch_direct<Tx, Tr, V>(a, p, s);
+    case core::RmsNormPath::kTwoPass:
+      return launch_grid(rms_norm_two_pass_kernel<Tx, Tr, V>, a, p.threads, s);
   }
   return bad_plan("path", static_cast<int>(p.path));
 }
