@@ -98,6 +98,45 @@ const ToleranceEntry kTable[] = {
     {"qk_norm_rope", "rstd", DType::kFloat32, kE, 64.0, "fp32 reduction error"},
     {"qk_norm_rope", "pair_term", DType::kFloat32, kE, 16.0,
      "added: fp32 ulps of the normalised pair's norm (norm rounding under cancellation)"},
+    // rms_norm_backward (and add_rms_norm_backward, whose dx and dresidual use the dx rows): the
+    // oracle takes the kernel's inputs as stored and the r it reads (the saved fp32 rstd; when r
+    // is recomputed, the float64 r). First-order bound of the fp32 dx = r * (g - xh * c), in
+    // u = 2^-24 (one fp32 ulp of S is >= u * S): with S = r * (|g| + |xh| * (|c| + r * mean|g x|))
+    // (+ |ds| for the fused add), the roundings of w + o, g, xh, the product, the difference and
+    // the final multiply cost ~6 u S; c = r * sum(g * x) / N errs relative to r * mean|g x| by the
+    // sum's (k + L + 3) u, k the terms one thread adds in sequence and L the levels of the
+    // reduction tree (ring paths: k <= 33, L <= 10; two-pass rows up to 65536 columns: k <= 128,
+    // L <= 9); a recomputed r carries e_r <= (k + L) u / 2 + 3 u into r, xh and c: 3 e_r. Worst
+    // case for the tested widths: 140 + 6 + 216 < 256: dx_scale_term allows 256 fp32 ulps of S
+    // (under cancellation, g close to xh * c, dx's own ulp is no bound); beyond it dx is rounded
+    // once and the reference once: 1 ulp.
+    {"rms_norm_backward", "dx", DType::kBFloat16, kE, 1.0,
+     "one rounding of the fp32 result, beyond dx_scale_term"},
+    {"rms_norm_backward", "dx", DType::kFloat16, kE, 1.0,
+     "one rounding of the fp32 result, beyond dx_scale_term"},
+    {"rms_norm_backward", "dx", DType::kFloat32, kE, 1.0,
+     "the reference's own rounding, beyond dx_scale_term"},
+    {"rms_norm_backward", "dx_scale_term", DType::kFloat32, kE, 256.0,
+     "added: fp32 ulps of r * (|g| + |xh| * (|c| + r * mean|g * x|)) + |ds| (cancellation)"},
+    // dw[n] = sum over M rows of dy * xh in fp32, in a fixed order (each block's K ~ M / G rows
+    // in sequence, then the G block partials in sequence). With random signs each addition errs
+    // by ~u * |partial sum| and the partial sums grow like a random walk, so the error's spread
+    // is ~u * sigma * sqrt(M * (K + G) / 6) (sigma = |dy * xh|) against max|dw| ~ 3 sqrt(M)
+    // sigma: a few u of max|dw| for G <= 528, times ~4.5 for the largest of N columns; the
+    // per-row rounding of r and xh adds ~1 u of max|dw| per u of their error. 32 + 2 * sqrt(M)
+    // fp32 ulps of max_n |dw[n]| are allowed (subtracted before dw is measured in its own ulps);
+    // beyond that dw is rounded once to its dtype and the reference once: 1 ulp (for 16-bit dw
+    // far tighter than a few 16-bit ulps of max|dw|).
+    {"rms_norm_backward", "dw", DType::kBFloat16, kE, 1.0,
+     "one rounding of the fp32 sum, beyond the dw allowance"},
+    {"rms_norm_backward", "dw", DType::kFloat16, kE, 1.0,
+     "one rounding of the fp32 sum, beyond the dw allowance"},
+    {"rms_norm_backward", "dw", DType::kFloat32, kE, 1.0,
+     "the reference's own rounding, beyond the dw allowance"},
+    {"rms_norm_backward", "dw_scale_term", DType::kFloat32, kE, 32.0,
+     "added: fp32 ulps of max|dw| (constant part of the summation allowance)"},
+    {"rms_norm_backward", "dw_per_sqrt_rows", DType::kFloat32, kE, 2.0,
+     "added: fp32 ulps of max|dw| per sqrt(M) (random-walk growth of the fp32 sum's error)"},
     // qk_norm_rope_backward, dq / dk: dx = r (g - xh m) cancels (g nearly parallel to xh), so
     // its fp32 error is bounded relative to the scale S_j = r (P_j |w_j + o| + |xh_j| M), with
     // P_j the norm of the g_n pair holding j and M = sum_i P_i |w_i + o| |xh_i| / D, not relative

@@ -1,0 +1,127 @@
+// Launch planning for the RMSNorm backward kernels (see rms_norm_backward_plan.h).
+#include "core/rms_norm_backward_plan.h"
+
+#include <algorithm>
+
+namespace ropenorm::core {
+
+const char* rms_norm_bwd_path_name(RmsNormBwdPath path) {
+  switch (path) {
+    case RmsNormBwdPath::kWarpPerRow:
+      return "warp_per_row";
+    case RmsNormBwdPath::kBlockPerRow:
+      return "block_per_row";
+    case RmsNormBwdPath::kTwoPass:
+      return "two_pass";
+  }
+  return "unknown-path";
+}
+
+static_assert(kBwdMaxThreads * kMaxRegElems == kBwdWideRow,
+              "the ring paths' widest row is the wide-row threshold");
+
+namespace {
+
+RmsNormBwdPlan two_pass(int vec) {
+  RmsNormBwdPlan p;
+  p.path = RmsNormBwdPath::kTwoPass;
+  p.vec = vec;
+  p.vpt = 1;
+  p.threads = kBwdTwoPassThreads;
+  p.rows_per_block = 1;
+  p.stages = 0;
+  p.smem_acc = false;
+  p.smem_bytes = 0;
+  return p;
+}
+
+int64_t round_up(int64_t a, int64_t b) { return (a + b - 1) / b * b; }
+
+// Scratch, weight factors, shared-memory partials (varying phase only) and ring of one block.
+int64_t smem_bytes(const RmsNormBwdPlan& p, int64_t n, int ring_elem_bytes, bool has_weight) {
+  const int64_t table = bwd_table_lanes(n, p.vec) * p.vec * 4;
+  const int64_t ring = static_cast<int64_t>(p.stages) * p.vpt * p.threads * p.vec * ring_elem_bytes;
+  // Weight factors: every thread's own slots (uniform phase) or the table; the partials tables
+  // only serve rows of varying phase.
+  const int64_t own = static_cast<int64_t>(p.rows_per_block) * p.vpt * p.threads * p.vec * 4;
+  return 32 * 4 + (has_weight ? (p.smem_acc ? table : own) : 0) +
+         (p.smem_acc ? p.rows_per_block * table : 0) + p.rows_per_block * ring;
+}
+
+}  // namespace
+
+BwdKernels bwd_kernels_for(DType x_dtype, DType dy_dtype) {
+  BwdKernels k;
+  k.smem_acc = x_dtype == dy_dtype;
+  k.ring = k.smem_acc || (x_dtype == DType::kFloat32 && dy_dtype != DType::kFloat32);
+  return k;
+}
+
+RmsNormBwdPlan plan_rms_norm_backward(int64_t n, int vec, bool uniform_phase, BwdKernels kernels,
+                                      int ring_elem_bytes, bool has_weight) {
+  if (vec == kScalarWidth || n <= 0 || !kernels.ring) return two_pass(vec);
+  if (!uniform_phase && !kernels.smem_acc) return two_pass(vec);
+  RmsNormBwdPlan p;
+  p.vec = vec;
+  p.smem_acc = !uniform_phase;
+  const int64_t lanes = bwd_table_lanes(n, vec);
+  if (lanes <= kWarpMaxVectors) {
+    p.path = RmsNormBwdPath::kWarpPerRow;
+    p.threads = 32;
+    p.vpt = lanes <= 32 ? 1 : (lanes <= 64 ? 2 : 4);
+    p.stages = 4;
+    for (int r : {8, 4, 2, 1}) {
+      p.rows_per_block = r;
+      p.smem_bytes = smem_bytes(p, n, ring_elem_bytes, has_weight);
+      if (p.smem_bytes <= kBwdSmemBudget) return p;
+    }
+    return two_pass(vec);
+  }
+  int max_vpt = kMaxRegElems / vec;
+  if (max_vpt > kMaxVpt) max_vpt = kMaxVpt;
+  int vpt = 1;
+  while (vpt < max_vpt && lanes > static_cast<int64_t>(kBwdMaxThreads) * vpt) vpt *= 2;
+  if (lanes > static_cast<int64_t>(kBwdMaxThreads) * vpt) return two_pass(vec);
+  p.path = RmsNormBwdPath::kBlockPerRow;
+  p.vpt = vpt;
+  p.threads = static_cast<int>(round_up((lanes + vpt - 1) / vpt, 32));
+  p.rows_per_block = 1;
+  for (int64_t budget : {kBwdSmemBudget, kBwdSmemBudgetWide}) {
+    for (int stages : {4, 2}) {
+      p.stages = stages;
+      p.smem_bytes = smem_bytes(p, n, ring_elem_bytes, has_weight);
+      if (p.smem_bytes <= budget) return p;
+    }
+  }
+  return two_pass(vec);
+}
+
+int bwd_max_blocks_per_sm(int64_t n, RmsNormBwdPath path) {
+  if (path == RmsNormBwdPath::kTwoPass) return n <= kBwdWideRow ? 2 : 1;
+  return n <= kBwdNarrowRow ? 4 : 2;
+}
+
+int64_t bwd_max_parts(int64_t rows, int64_t n, int sm_count) {
+  if (rows <= 0 || n <= 0) return 0;
+  // Ring paths serve at most 16384 columns (512 threads x 32 values).
+  const int per_sm = n <= kBwdWideRow
+                         ? std::max(bwd_max_blocks_per_sm(n, RmsNormBwdPath::kBlockPerRow),
+                                    bwd_max_blocks_per_sm(n, RmsNormBwdPath::kTwoPass))
+                         : bwd_max_blocks_per_sm(n, RmsNormBwdPath::kTwoPass);
+  return std::min<int64_t>(rows, static_cast<int64_t>(std::max(sm_count, 1)) * per_sm);
+}
+
+size_t bwd_workspace_bytes(int64_t rows, int64_t n, int sm_count) {
+  return static_cast<size_t>(bwd_max_parts(rows, n, sm_count)) * static_cast<size_t>(n) * 4u;
+}
+
+int64_t bwd_grid(int64_t rows, int64_t n, const RmsNormBwdPlan& plan, int resident_per_sm,
+                 int sm_count) {
+  if (rows <= 0) return 0;
+  const int64_t per_block = plan.path == RmsNormBwdPath::kWarpPerRow ? plan.rows_per_block : 1;
+  const int64_t units = (rows + per_block - 1) / per_block;
+  const int per_sm = std::max(1, std::min(resident_per_sm, bwd_max_blocks_per_sm(n, plan.path)));
+  return std::min<int64_t>(units, static_cast<int64_t>(std::max(sm_count, 1)) * per_sm);
+}
+
+}  // namespace ropenorm::core

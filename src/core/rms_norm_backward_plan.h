@@ -1,0 +1,93 @@
+// Launch planning for the RMSNorm backward kernels: path, vector width, block shape, ring depth,
+// where the weight-gradient partials accumulate, and the bound on the partial rows (the
+// workspace). Decided on the host from N, the dtypes, the pointers and the strides; the thread
+// layout that reduces a row never depends on the row count M, so a row's dx is the same whatever
+// M (batch invariance).
+//
+// dw is reduced in two fixed-order stages: every block of a persistent grid keeps one fp32
+// partial row (its rows' dy * xh, summed in row order) and writes it to workspace row
+// blockIdx.x; the column sum then adds the partial rows in order 0, 1, ... .
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/rms_norm_plan.h"
+#include "ropenorm/tensor.h"
+
+namespace ropenorm::core {
+
+enum class RmsNormBwdPath : int {
+  kWarpPerRow = 0,   ///< a warp per row, several warps (rows in flight) per block
+  kBlockPerRow = 1,  ///< a block per row, the row's share per thread staged through a ring
+  kTwoPass = 2,      ///< rows too wide for the ring (or scalar access): read twice
+};
+
+const char* rms_norm_bwd_path_name(RmsNormBwdPath path);
+
+/// Largest block of the backward kernels (their launch bound).
+constexpr int kBwdMaxThreads = 512;
+/// Threads of a two-pass block.
+constexpr int kBwdTwoPassThreads = 512;
+/// Dynamic shared memory one ring-path block may use, so that two blocks fit on an sm_90 SM.
+constexpr int64_t kBwdSmemBudget = 110 * 1024;
+/// Wider rows get less: one block per SM, nearly all of its shared memory.
+constexpr int64_t kBwdSmemBudgetWide = 200 * 1024;
+/// Rows up to this width run up to four blocks (partial rows) per SM, wider rows up to two, and
+/// two-pass rows wider than kBwdWideRow one.
+constexpr int64_t kBwdNarrowRow = 2048;
+constexpr int64_t kBwdWideRow = 16384;
+
+struct RmsNormBwdPlan {
+  RmsNormBwdPath path = RmsNormBwdPath::kBlockPerRow;
+  int vec = 1;             ///< elements per vector access
+  int vpt = 1;             ///< vectors per thread per row (ring paths)
+  int threads = 32;        ///< threads per row (32 on the warp path)
+  int rows_per_block = 1;  ///< warp path: warps per block, each with its own rows
+  int stages = 4;          ///< ring depth (ring paths)
+  bool smem_acc = false;   ///< dw partials in shared memory (rows whose 16-byte phase varies)
+  int64_t smem_bytes = 0;  ///< dynamic shared memory per block
+};
+
+/// Column c's slot in the shared-memory tables of the ring kernels (weight factors, dw partials,
+/// the warp path's fold): (c % vec) * lanes + c / vec with lanes = ceil(n / vec). A thread's
+/// vector j of a row at phase p reads slots that consecutive threads find in consecutive words,
+/// whatever p: bank-conflict free.
+constexpr int64_t bwd_table_lanes(int64_t n, int vec) { return (n + vec - 1) / vec; }
+
+/// Which ring kernels are built for a pair of dtypes (the two-pass kernel serves every pair).
+struct BwdKernels {
+  bool ring = true;      ///< ring kernels with register partials
+  bool smem_acc = true;  ///< ring kernels with shared-memory partials (rows of varying phase)
+};
+
+/// The ring kernels built for input dtype x_dtype (x or s) and dy's dtype: every kind for equal
+/// dtypes; register partials only for an f32 input with 16-bit dy (the f32 residual stream);
+/// none for other pairs.
+BwdKernels bwd_kernels_for(DType x_dtype, DType dy_dtype);
+
+/// Plan for rows of width n at vector width vec (rms_norm_vector_width with the smaller-element
+/// input as the reference; kScalarWidth takes the two-pass path). `uniform_phase`: every row sits
+/// at the same 16-byte phase (so a thread's columns are the same in every row and its dw
+/// partials stay in registers); `kernels`: what exists for the dtypes (a shape no built ring
+/// kernel serves takes the two-pass path). `ring_elem_bytes`: bytes per column staged through
+/// the ring (dy + x, plus ds when present).
+RmsNormBwdPlan plan_rms_norm_backward(int64_t n, int vec, bool uniform_phase, BwdKernels kernels,
+                                      int ring_elem_bytes, bool has_weight);
+
+/// Blocks per SM (= partial rows per SM) the grid may use for rows of width n.
+int bwd_max_blocks_per_sm(int64_t n, RmsNormBwdPath path);
+
+/// Most partial rows any plan launches for `rows` rows of width n on a device of `sm_count` SMs.
+int64_t bwd_max_parts(int64_t rows, int64_t n, int sm_count);
+
+/// Workspace bytes: bwd_max_parts * n fp32 values (0 when rows or n is 0).
+size_t bwd_workspace_bytes(int64_t rows, int64_t n, int sm_count);
+
+/// Grid (= partial rows) of a launch: one block per row (per rows_per_block rows on the warp
+/// path), at most min(resident_per_sm, bwd_max_blocks_per_sm) blocks per SM. Never more than
+/// bwd_max_parts(rows, n, sm_count).
+int64_t bwd_grid(int64_t rows, int64_t n, const RmsNormBwdPlan& plan, int resident_per_sm,
+                 int sm_count);
+
+}  // namespace ropenorm::core

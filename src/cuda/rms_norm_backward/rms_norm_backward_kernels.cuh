@@ -1,0 +1,553 @@
+// RMSNorm backward kernels (plain, and after the fused residual add).
+//
+// Ownership:
+//  - rows kernel, kWarp: block (32, R); warp threadIdx.y owns rows blockIdx.x * R + threadIdx.y,
+//    then every gridDim.x * R-th row (a persistent grid); lane l owns vectors l, l + 32, ...
+//    (VPT of them) of each of its rows.
+//  - rows kernel, block path: block (T); the block owns rows blockIdx.x, blockIdx.x + gridDim.x,
+//    ...; thread t owns vectors t, t + T, ... (VPT of them).
+//    Rows are split as in the forward (row_phase, edge_col): p leading and the tail's edge
+//    elements, one per thread 0 .. E-1, and aligned V-element vectors; the phase is taken from
+//    the input with the smaller elements (the reference; the launcher checked that every other
+//    row tensor sits at the same phase). dy, x (and ds) stream through an S-stage ring in shared
+//    memory: a thread copies its own vectors of the row S-1 rows ahead with cp.async into its own
+//    slots (edge elements and the row's rstd into a register ring), so the ring needs no
+//    barrier. A row is read twice from the thread's slots: once for the sums, once for dx and
+//    dw. Each element of dx (and dresidual) is written by the thread that read the matching dy,
+//    x (and ds) elements, after reading them: dx may alias dy (or ds) exactly.
+//  - dw partials: when every row sits at the same 16-byte phase (uniform), a thread's columns
+//    are the same in every row and it keeps their dy * xh sums in fp32 registers; otherwise
+//    (kSmemAcc) each warp (warp path) or the block keeps an fp32 table in shared memory that the
+//    owner of a column in the current row updates (the row's barriers, or __syncwarp, order the
+//    updates of consecutive rows). At the end the block writes one partial row,
+//    partials[blockIdx.x, :]; on the warp path its R warps' partials are first added in warp
+//    order through shared memory. Rows are summed in the fixed order the block visits them.
+//  - Weight factors (w + o), fp32, staged once per block in shared memory: with a uniform phase
+//    each thread writes its own columns' factors to its own slots (and reads only those);
+//    otherwise the block fills a shared table (slot (c % V) * lanes + c / V: conflict-free for
+//    any phase).
+//  - two-pass kernel (rows too wide for the ring, or scalar access): the block owns rows
+//    blockIdx.x, blockIdx.x + gridDim.x, ...; thread t loops over vectors t, t + T, ...; pass one
+//    sums g * x (and x^2), pass two re-reads its own elements, writes dx and adds dy * xh into
+//    the block's partial row in the workspace (the row barriers order the updates).
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+
+#include "core/rms_norm_backward_plan.h"
+#include "cuda/common/async_copy.cuh"
+#include "cuda/common/dtype.cuh"
+#include "cuda/common/pdl.cuh"
+#include "cuda/common/reduce.cuh"
+#include "cuda/rms_norm/rms_norm_kernels.cuh"
+#include "cuda/rms_norm_backward/rms_norm_backward_args.h"
+#include "cuda/rms_norm_backward/rms_norm_backward_math.cuh"
+
+namespace ropenorm::cuda {
+
+/// The input whose elements are smaller (x on a tie): its row pointer gives the phase.
+template <typename Tin, typename Tdy>
+using BwdRefT = std::conditional_t<(sizeof(Tdy) < sizeof(Tin)), Tdy, Tin>;
+
+template <typename Tin, typename Tdy, int V>
+__device__ __forceinline__ int bwd_row_phase(const RmsNormBwdKernelArgs& a, int64_t row) {
+  if constexpr (sizeof(Tdy) < sizeof(Tin)) {
+    return row_phase<Tdy, V>(static_cast<const Tdy*>(a.dy) + a.dy_rows.offset(row), a.n);
+  } else {
+    return row_phase<Tin, V>(static_cast<const Tin*>(a.x) + a.x_rows.offset(row), a.n);
+  }
+}
+
+/// Column c's slot in the shared tables (ring kernels: n and the table fit in 32 bits).
+template <int V>
+__device__ __forceinline__ int bwd_slot(int c, int lanes) {
+  return (c % V) * lanes + c / V;
+}
+
+/// One element as stored (no widening).
+template <typename T>
+__device__ __forceinline__ typename Storage<T>::type load_elem(const T* p, int64_t i) {
+  return reinterpret_cast<const typename Storage<T>::type*>(p)[i];
+}
+
+/// (w + o) read from global memory (two-pass kernel), or 1 without a weight.
+__device__ __forceinline__ float bwd_weight_global(const RmsNormBwdKernelArgs& a, int64_t col) {
+  return a.weight != nullptr ? load_dyn(a.weight, a.w_dtype, col) + a.w_offset : 1.0f;
+}
+
+/// The row's two sums, reduced over the warp (kWarp) or block: r (from rstd, or recomputed from
+/// sum_sq with the forward's formula) and the mean term c.
+template <bool kWarp>
+__device__ __forceinline__ void bwd_row_scalars(const RmsNormBwdKernelArgs& a, float sum_gx,
+                                                float sum_sq, float saved_r, float* scratch,
+                                                float* r, float* c) {
+  float rr = saved_r;
+  if (a.rstd == nullptr) {
+    sum_sq = kWarp ? warp_sum(sum_sq) : block_sum(sum_sq, scratch);
+    rr = rms_rstd(sum_sq, a.n, a.eps);
+  }
+  sum_gx = kWarp ? warp_sum(sum_gx) : block_sum(sum_gx, scratch);
+  *r = rr;
+  *c = rms_bwd_mean_term(sum_gx, rr, a.n);
+}
+
+/// Shared-memory ring of one warp (warp path) or block: per stage, per vector slot k, per
+/// thread, V elements of dy, then (second region) of x, then (third, when ds is given) of ds.
+template <typename Tin, typename Tdy, int V, int VPT, int S>
+struct BwdRing {
+  static constexpr int kDyBytes = V * sizeof(Tdy);
+  static constexpr int kXBytes = V * sizeof(Tin);
+  unsigned char* dy;
+  unsigned char* x;
+  unsigned char* ds;
+  int nthreads, tid;
+  __device__ int64_t index(int s, int k) const {
+    return static_cast<int64_t>(s * VPT + k) * nthreads + tid;
+  }
+  __device__ unsigned char* dy_slot(int s, int k) const { return dy + index(s, k) * kDyBytes; }
+  __device__ unsigned char* x_slot(int s, int k) const { return x + index(s, k) * kXBytes; }
+  __device__ unsigned char* ds_slot(int s, int k) const { return ds + index(s, k) * kXBytes; }
+};
+
+/// A row's edge element and rstd, held in registers from issue to consume.
+template <typename Tin, typename Tdy>
+struct BwdEdge {
+  typename Storage<Tdy>::type dy;
+  typename Storage<Tin>::type x, ds;
+  float r = 0.0f;
+};
+
+/// Starts the copies of one row's share into stage s; loads its edge element and rstd.
+template <typename Tin, typename Tdy, int V, int VPT, int S>
+__device__ __forceinline__ void bwd_issue_row(const RmsNormBwdKernelArgs& a, int64_t row, int s,
+                                              const BwdRing<Tin, Tdy, V, VPT, S>& ring,
+                                              BwdEdge<Tin, Tdy>& e) {
+  using R = BwdRing<Tin, Tdy, V, VPT, S>;
+  const Tdy* dy = static_cast<const Tdy*>(a.dy) + a.dy_rows.offset(row);
+  const Tin* x = static_cast<const Tin*>(a.x) + a.x_rows.offset(row);
+  const Tin* ds = a.ds != nullptr ? static_cast<const Tin*>(a.ds) + a.ds_rows.offset(row) : nullptr;
+  const int p = bwd_row_phase<Tin, Tdy, V>(a, row);
+  const int nbody = static_cast<int>((a.n - p) / V);
+  const int edges = static_cast<int>(a.n - static_cast<int64_t>(nbody) * V);
+#pragma unroll
+  for (int k = 0; k < VPT; ++k) {
+    const int j = ring.tid + k * ring.nthreads;
+    if (j < nbody) {
+      const int64_t col = p + static_cast<int64_t>(j) * V;
+      copy_to_smem<R::kDyBytes>(ring.dy_slot(s, k), dy + col);
+      copy_to_smem<R::kXBytes>(ring.x_slot(s, k), x + col);
+      if (ds != nullptr) copy_to_smem<R::kXBytes>(ring.ds_slot(s, k), ds + col);
+    }
+  }
+  if (ring.tid < edges) {
+    const int64_t col = edge_col(ring.tid, p, nbody, V);
+    e.dy = load_elem(dy, col);
+    e.x = load_elem(x, col);
+    if (ds != nullptr) e.ds = load_elem(ds, col);
+  }
+  if (a.rstd != nullptr) e.r = a.rstd[row];
+}
+
+/// Index (in float4 units) of chunk c of vector k in a thread's own shared slots.
+__device__ __forceinline__ int bwd_own_chunk(int k, int c, int chunks, int tid, int nthreads) {
+  return (k * chunks + c) * nthreads + tid;
+}
+
+/// Weight factors of a thread's vector k (vector j = tid + k * nthreads of the row): from its own
+/// shared slots (uniform phase; V / 4 float4 chunks per vector, consecutive threads in
+/// consecutive chunks), from the shared table (kSmemAcc), or 1 without a weight.
+template <int V, bool kSmemAcc>
+__device__ __forceinline__ void bwd_weights(const float* w, int k, int j, int tid, int nthreads,
+                                            const int (&sbase)[V], float (&f)[V]) {
+  if (w == nullptr) {
+#pragma unroll
+    for (int i = 0; i < V; ++i) f[i] = 1.0f;
+  } else if constexpr (kSmemAcc) {
+#pragma unroll
+    for (int i = 0; i < V; ++i) f[i] = w[sbase[i] + j];
+  } else {
+#pragma unroll
+    for (int c = 0; c < V / 4; ++c) {
+      const float4 q =
+          reinterpret_cast<const float4*>(w)[bwd_own_chunk(k, c, V / 4, tid, nthreads)];
+      f[4 * c] = q.x;
+      f[4 * c + 1] = q.y;
+      f[4 * c + 2] = q.z;
+      f[4 * c + 3] = q.w;
+    }
+  }
+}
+
+/// Reads one row's share back from stage s (twice), writes dx (and dresidual) and adds the
+/// row's dy * xh to the thread's partials (registers acc / acc_e, or the shared table acc_tab).
+/// Weight factors: w (the thread's own slots, uniform phase, or the shared table, kSmemAcc;
+/// nullptr: no weight); the edge element's factor in wf_e (uniform phase).
+template <typename Tin, typename Tdy, int V, int VPT, int S, bool kWarp, bool kSmemAcc>
+__device__ __forceinline__ void bwd_consume_row(const RmsNormBwdKernelArgs& a, int64_t row, int s,
+                                                const BwdRing<Tin, Tdy, V, VPT, S>& ring,
+                                                const float* w, float wf_e, float* acc_tab,
+                                                float* scratch, const BwdEdge<Tin, Tdy>& e,
+                                                float (&acc)[VPT][V], float& acc_e) {
+  const int tid = ring.tid, nthreads = ring.nthreads;
+  const int p = bwd_row_phase<Tin, Tdy, V>(a, row);
+  const int nbody = static_cast<int>((a.n - p) / V);
+  const int edges = static_cast<int>(a.n - static_cast<int64_t>(nbody) * V);
+  const bool has_edge = tid < edges;
+  const int64_t e_col = has_edge ? edge_col(tid, p, nbody, V) : 0;
+  const bool recompute = a.rstd == nullptr;
+  // Table slot of column p + j * V + i is sbase[i] + j.
+  const int lanes = static_cast<int>(a.lanes);
+  int sbase[V] = {};
+  if constexpr (kSmemAcc) {
+#pragma unroll
+    for (int i = 0; i < V; ++i) sbase[i] = bwd_slot<V>(p + i, lanes);
+  }
+
+  // First look: sum of g * x (and of x^2 when r is recomputed).
+  float sum_gx = 0.0f, sum_sq = 0.0f;
+#pragma unroll
+  for (int k = 0; k < VPT; ++k) {
+    const int j = tid + k * nthreads;
+    if (j < nbody) {
+      float dyv[V], xv[V], f[V];
+      load_pack<Tdy, V>(reinterpret_cast<const Tdy*>(ring.dy_slot(s, k)), dyv);
+      load_pack<Tin, V>(reinterpret_cast<const Tin*>(ring.x_slot(s, k)), xv);
+      bwd_weights<V, kSmemAcc>(w, k, j, tid, nthreads, sbase, f);
+#pragma unroll
+      for (int i = 0; i < V; ++i) {
+        sum_gx += rms_bwd_g(dyv[i], f[i]) * xv[i];
+        if (recompute) sum_sq += xv[i] * xv[i];
+      }
+    }
+  }
+  float e_dy = 0.0f, e_x = 0.0f, e_wf = wf_e;
+  if (has_edge) {
+    e_dy = storage_to_float<Tdy>(e.dy);
+    e_x = storage_to_float<Tin>(e.x);
+    if (kSmemAcc && w != nullptr) e_wf = w[bwd_slot<V>(static_cast<int>(e_col), lanes)];
+    sum_gx += rms_bwd_g(e_dy, e_wf) * e_x;
+    if (recompute) sum_sq += e_x * e_x;
+  }
+  float r, c;
+  bwd_row_scalars<kWarp>(a, sum_gx, sum_sq, e.r, scratch, &r, &c);
+
+  // Second look: dx (+ ds), and dy * xh into the partials.
+  const int64_t dx_off = a.dx_rows.offset(row);
+  const int64_t dres_off = a.dres != nullptr ? a.dres_rows.offset(row) : 0;
+  const bool want_dw = a.partials != nullptr;
+#pragma unroll
+  for (int k = 0; k < VPT; ++k) {
+    const int j = tid + k * nthreads;
+    if (j < nbody) {
+      const int64_t col = p + static_cast<int64_t>(j) * V;
+      float dyv[V], xv[V], f[V], out[V];
+      load_pack<Tdy, V>(reinterpret_cast<const Tdy*>(ring.dy_slot(s, k)), dyv);
+      load_pack<Tin, V>(reinterpret_cast<const Tin*>(ring.x_slot(s, k)), xv);
+      bwd_weights<V, kSmemAcc>(w, k, j, tid, nthreads, sbase, f);
+#pragma unroll
+      for (int i = 0; i < V; ++i) {
+        const float xh = xv[i] * r;
+        out[i] = rms_bwd_dx(rms_bwd_g(dyv[i], f[i]), xh, r, c);
+        if (want_dw) {
+          const float t = rms_bwd_dw_term(dyv[i], xh);
+          if constexpr (kSmemAcc) {
+            acc_tab[sbase[i] + j] += t;
+          } else {
+            acc[k][i] += t;
+          }
+        }
+      }
+      if (a.ds != nullptr) {
+        float dsv[V];
+        load_pack<Tin, V>(reinterpret_cast<const Tin*>(ring.ds_slot(s, k)), dsv);
+#pragma unroll
+        for (int i = 0; i < V; ++i) out[i] += dsv[i];
+      }
+      store_pack_dyn<V>(a.dx, a.dx_dtype, dx_off + col, out);
+      if (a.dres != nullptr) store_pack_dyn<V>(a.dres, a.dres_dtype, dres_off + col, out);
+    }
+  }
+  if (has_edge) {
+    const float xh = e_x * r;
+    float out[1] = {rms_bwd_dx(rms_bwd_g(e_dy, e_wf), xh, r, c)};
+    if (want_dw) {
+      const float t = rms_bwd_dw_term(e_dy, xh);
+      if constexpr (kSmemAcc) {
+        acc_tab[bwd_slot<V>(static_cast<int>(e_col), lanes)] += t;
+      } else {
+        acc_e += t;
+      }
+    }
+    if (a.ds != nullptr) out[0] += storage_to_float<Tin>(e.ds);
+    store_pack_dyn<1>(a.dx, a.dx_dtype, dx_off + e_col, out);
+    if (a.dres != nullptr) store_pack_dyn<1>(a.dres, a.dres_dtype, dres_off + e_col, out);
+  }
+  if constexpr (kWarp && kSmemAcc) __syncwarp();
+}
+
+/// Writes a thread's register partials of a row at phase p into the row `dst` at the columns
+/// the thread owns (table: at their table slots instead of their column indices).
+template <int V, int VPT>
+__device__ __forceinline__ void bwd_store_partials(float* dst, bool table, int lanes, int p,
+                                                   int nbody, int edges, int tid, int nthreads,
+                                                   const float (&acc)[VPT][V], float acc_e) {
+#pragma unroll
+  for (int k = 0; k < VPT; ++k) {
+    const int j = tid + k * nthreads;
+    if (j < nbody) {
+#pragma unroll
+      for (int i = 0; i < V; ++i) {
+        const int col = p + j * V + i;
+        dst[table ? bwd_slot<V>(col, lanes) : col] = acc[k][i];
+      }
+    }
+  }
+  if (tid < edges) {
+    const int col = static_cast<int>(edge_col(tid, p, nbody, V));
+    dst[table ? bwd_slot<V>(col, lanes) : col] = acc_e;
+  }
+}
+
+/// Ring kernel, persistent, S-stage pipelined: warp per row (kWarp) or block per row; up to two
+/// vectors per thread it is held to 64 registers (two 512-thread blocks per SM). Dynamic
+/// shared memory: 32 floats of scratch; with a weight, every thread's own weight slots (VPT * V
+/// floats each), or for kSmemAcc the weight table (lanes * V floats); kSmemAcc: one partials
+/// table per warp (warp path) or one for the block; then per warp (or for the block) the ring's
+/// dy, x and ds regions.
+template <typename Tin, typename Tdy, int V, int VPT, int S, bool kWarp, bool kSmemAcc>
+__global__ void __launch_bounds__(core::kBwdMaxThreads, VPT <= 2 ? 2 : 1)
+    rms_norm_bwd_rows_kernel(const RmsNormBwdKernelArgs a) {
+  using R = BwdRing<Tin, Tdy, V, VPT, S>;
+  extern __shared__ __align__(16) unsigned char smem[];
+  float* scratch = reinterpret_cast<float*>(smem);
+  const int lanes = static_cast<int>(a.lanes);
+  const int table = lanes * V;
+  const int nthreads = kWarp ? 32 : blockDim.x;
+  const int slices = kWarp ? blockDim.y : 1;
+  const int slice = kWarp ? threadIdx.y : 0;
+  const bool has_w = a.weight != nullptr;
+  // Weight factors: the shared table (kSmemAcc) or every thread's own slots.
+  const int own = VPT * nthreads * V;
+  float* w_tab = kSmemAcc && has_w ? scratch + 32 : nullptr;
+  float* w_own = !kSmemAcc && has_w ? scratch + 32 + slice * own : nullptr;
+  float* acc_base = scratch + 32 + (kSmemAcc ? (has_w ? table : 0) : (has_w ? slices * own : 0));
+  float* acc_tab = kSmemAcc ? acc_base + slice * table : nullptr;
+  unsigned char* ring_base =
+      reinterpret_cast<unsigned char*>(acc_base + (kSmemAcc ? slices * table : 0));
+  const int64_t dy_region = static_cast<int64_t>(S) * VPT * nthreads * R::kDyBytes;
+  const int64_t x_region = static_cast<int64_t>(S) * VPT * nthreads * R::kXBytes;
+  const int64_t slice_bytes = dy_region + x_region + (a.ds != nullptr ? x_region : 0);
+  R ring;
+  ring.nthreads = nthreads;
+  ring.tid = threadIdx.x;
+  ring.dy = ring_base + slice * slice_bytes;
+  ring.x = ring.dy + dy_region;
+  ring.ds = ring.x + x_region;
+
+  const int64_t step = kWarp ? static_cast<int64_t>(gridDim.x) * blockDim.y : gridDim.x;
+  const int64_t first_row =
+      kWarp ? static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y : blockIdx.x;
+  const int flat = threadIdx.y * blockDim.x + threadIdx.x;
+  const int block_threads = blockDim.x * blockDim.y;
+  float acc[VPT][V];
+#pragma unroll
+  for (int k = 0; k < VPT; ++k) {
+#pragma unroll
+    for (int i = 0; i < V; ++i) acc[k][i] = 0.0f;
+  }
+  float acc_e = 0.0f;
+  BwdEdge<Tin, Tdy> edge[S];
+
+  griddep_wait();
+  griddep_launch_dependents();
+  // Prologue: rows 0 .. S-2 of this thread's sequence into stages 0 .. S-2.
+#pragma unroll
+  for (int s = 0; s < S - 1; ++s) {
+    const int64_t r = first_row + s * step;
+    if (r < a.m) bwd_issue_row<Tin, Tdy, V, VPT, S>(a, r, s, ring, edge[s]);
+    cp_async_commit();
+  }
+  // Weight factors. Uniform phase: a thread's columns are those of the block's first row in
+  // every row; it writes their factors to its own slots (read back only by itself: no barrier)
+  // and keeps its edge column's in a register. Otherwise the block stages the shared table.
+  float wf_e = 1.0f;
+  if constexpr (!kSmemAcc) {
+    if (has_w) {
+      const int p = bwd_row_phase<Tin, Tdy, V>(a, first_row < a.m ? first_row : 0);
+      const int nbody = static_cast<int>((a.n - p) / V);
+      const int edges = static_cast<int>(a.n - static_cast<int64_t>(nbody) * V);
+#pragma unroll
+      for (int k = 0; k < VPT; ++k) {
+        const int j = ring.tid + k * nthreads;
+        if (j < nbody) {
+#pragma unroll
+          for (int c = 0; c < V / 4; ++c) {
+            float q[4];
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+              q[i] = load_dyn(a.weight, a.w_dtype, p + j * V + 4 * c + i) + a.w_offset;
+            }
+            reinterpret_cast<float4*>(w_own)[bwd_own_chunk(k, c, V / 4, ring.tid, nthreads)] =
+                make_float4(q[0], q[1], q[2], q[3]);
+          }
+        }
+      }
+      if (ring.tid < edges) {
+        wf_e = load_dyn(a.weight, a.w_dtype, edge_col(ring.tid, p, nbody, V)) + a.w_offset;
+      }
+    }
+  } else if (w_tab != nullptr) {
+    for (int c = flat; c < a.n; c += block_threads) {
+      w_tab[bwd_slot<V>(c, lanes)] = load_dyn(a.weight, a.w_dtype, c) + a.w_offset;
+    }
+  }
+  if constexpr (kSmemAcc) {
+    for (int i = flat; i < slices * table; i += block_threads) acc_base[i] = 0.0f;
+  }
+  __syncthreads();
+
+  // Row it of this thread's sequence sits in stage it % S; its edge element and rstd in the
+  // register queue edge[0 .. S-1] (edge[0]: the row consumed next), shifted once per row so every
+  // index is static without unrolling the loop.
+  int64_t row = first_row;
+#pragma unroll 1
+  for (int it = 0; row < a.m; ++it) {
+    const int s = it % S;
+    const int64_t ahead = row + (S - 1) * step;
+    if (ahead < a.m) {
+      bwd_issue_row<Tin, Tdy, V, VPT, S>(a, ahead, (it + S - 1) % S, ring, edge[S - 1]);
+    }
+    cp_async_commit();
+    cp_async_wait<S - 1>();
+    bwd_consume_row<Tin, Tdy, V, VPT, S, kWarp, kSmemAcc>(
+        a, row, s, ring, kSmemAcc ? w_tab : w_own, wf_e, acc_tab, scratch, edge[0], acc, acc_e);
+#pragma unroll
+    for (int q = 0; q + 1 < S; ++q) edge[q] = edge[q + 1];
+    row += step;
+  }
+
+  if (a.partials == nullptr) return;
+  float* part = a.partials + static_cast<int64_t>(blockIdx.x) * a.n;
+  if constexpr (!kWarp) {
+    if constexpr (kSmemAcc) {
+      __syncthreads();
+      for (int c = flat; c < a.n; c += block_threads) part[c] = acc_tab[bwd_slot<V>(c, lanes)];
+    } else {
+      // Every row sits at the phase of the block's first row.
+      const int p = bwd_row_phase<Tin, Tdy, V>(a, blockIdx.x);
+      const int nbody = static_cast<int>((a.n - p) / V);
+      const int edges = static_cast<int>(a.n - static_cast<int64_t>(nbody) * V);
+      bwd_store_partials<V, VPT>(part, false, lanes, p, nbody, edges, ring.tid, nthreads, acc,
+                                 acc_e);
+    }
+  } else {
+    cp_async_wait<0>();
+    __syncthreads();
+    float* fold = kSmemAcc ? acc_base : reinterpret_cast<float*>(ring_base);
+    if constexpr (!kSmemAcc) {
+      // The ring is free now: each warp's register partials go to its table there.
+      const int p = bwd_row_phase<Tin, Tdy, V>(a, static_cast<int64_t>(blockIdx.x) * blockDim.y);
+      const int nbody = static_cast<int>((a.n - p) / V);
+      const int edges = static_cast<int>(a.n - static_cast<int64_t>(nbody) * V);
+      bwd_store_partials<V, VPT>(fold + slice * table, true, lanes, p, nbody, edges, ring.tid,
+                                 nthreads, acc, acc_e);
+      __syncthreads();
+    }
+    for (int c = flat; c < a.n; c += block_threads) {
+      const int slot = bwd_slot<V>(c, lanes);
+      float sum = 0.0f;
+      for (int w = 0; w < slices; ++w) sum += fold[w * table + slot];
+      part[c] = sum;
+    }
+  }
+}
+
+/// Two-pass kernel for rows wider than the ring (weight read from global memory), and for the
+/// scalar width.
+template <typename Tin, typename Tdy, int V>
+__global__ void __launch_bounds__(core::kBwdTwoPassThreads)
+    rms_norm_bwd_two_pass_kernel(const RmsNormBwdKernelArgs a) {
+  __shared__ float scratch[32];
+  const int tid = threadIdx.x;
+  const bool recompute = a.rstd == nullptr;
+  float* part =
+      a.partials != nullptr ? a.partials + static_cast<int64_t>(blockIdx.x) * a.n : nullptr;
+  griddep_wait();
+  griddep_launch_dependents();
+  for (int64_t row = blockIdx.x; row < a.m; row += gridDim.x) {
+    const bool first = row == blockIdx.x;
+    const Tdy* dy = static_cast<const Tdy*>(a.dy) + a.dy_rows.offset(row);
+    const Tin* x = static_cast<const Tin*>(a.x) + a.x_rows.offset(row);
+    const Tin* ds =
+        a.ds != nullptr ? static_cast<const Tin*>(a.ds) + a.ds_rows.offset(row) : nullptr;
+    const int64_t dx_off = a.dx_rows.offset(row);
+    const int64_t dres_off = a.dres != nullptr ? a.dres_rows.offset(row) : 0;
+    const int p = bwd_row_phase<Tin, Tdy, V>(a, row);
+    const int64_t nbody = (a.n - p) / V;
+    const int edges = static_cast<int>(a.n - nbody * V);
+    const bool has_edge = tid < edges;
+    const int64_t e_col = has_edge ? edge_col(tid, p, static_cast<int>(nbody), V) : 0;
+
+    float sum_gx = 0.0f, sum_sq = 0.0f;
+    for (int64_t j = tid; j < nbody; j += blockDim.x) {
+      const int64_t col = p + j * V;
+      float dyv[V], xv[V];
+      load_pack<Tdy, V>(dy + col, dyv);
+      load_pack<Tin, V>(x + col, xv);
+#pragma unroll
+      for (int i = 0; i < V; ++i) {
+        sum_gx += rms_bwd_g(dyv[i], bwd_weight_global(a, col + i)) * xv[i];
+        if (recompute) sum_sq += xv[i] * xv[i];
+      }
+    }
+    float e_dy = 0.0f, e_x = 0.0f, e_wf = 1.0f;
+    if (has_edge) {
+      e_dy = to_float(dy[e_col]);
+      e_x = to_float(x[e_col]);
+      e_wf = bwd_weight_global(a, e_col);
+      sum_gx += rms_bwd_g(e_dy, e_wf) * e_x;
+      if (recompute) sum_sq += e_x * e_x;
+    }
+    float r, c;
+    bwd_row_scalars<false>(a, sum_gx, sum_sq, recompute ? 0.0f : a.rstd[row], scratch, &r, &c);
+
+    // Pass two re-reads this thread's own elements.
+    for (int64_t j = tid; j < nbody; j += blockDim.x) {
+      const int64_t col = p + j * V;
+      float dyv[V], xv[V], out[V];
+      load_pack<Tdy, V>(dy + col, dyv);
+      load_pack<Tin, V>(x + col, xv);
+#pragma unroll
+      for (int i = 0; i < V; ++i) {
+        const float xh = xv[i] * r;
+        out[i] = rms_bwd_dx(rms_bwd_g(dyv[i], bwd_weight_global(a, col + i)), xh, r, c);
+        if (part != nullptr) {
+          const float t = rms_bwd_dw_term(dyv[i], xh);
+          part[col + i] = first ? t : part[col + i] + t;
+        }
+      }
+      if (ds != nullptr) {
+        float dsv[V];
+        load_pack<Tin, V>(ds + col, dsv);
+#pragma unroll
+        for (int i = 0; i < V; ++i) out[i] += dsv[i];
+      }
+      store_pack_dyn<V>(a.dx, a.dx_dtype, dx_off + col, out);
+      if (a.dres != nullptr) store_pack_dyn<V>(a.dres, a.dres_dtype, dres_off + col, out);
+    }
+    if (has_edge) {
+      const float xh = e_x * r;
+      float out[1] = {rms_bwd_dx(rms_bwd_g(e_dy, e_wf), xh, r, c)};
+      if (part != nullptr) {
+        const float t = rms_bwd_dw_term(e_dy, xh);
+        part[e_col] = first ? t : part[e_col] + t;
+      }
+      if (ds != nullptr) out[0] += to_float(ds[e_col]);
+      store_pack_dyn<1>(a.dx, a.dx_dtype, dx_off + e_col, out);
+      if (a.dres != nullptr) store_pack_dyn<1>(a.dres, a.dres_dtype, dres_off + e_col, out);
+    }
+  }
+}
+
+}  // namespace ropenorm::cuda

@@ -1,0 +1,162 @@
+// Per-dtype launch of the RMSNorm backward kernels: picks the kernel instantiation for a plan
+// (path, vector width, vectors per thread, ring depth, where dw partials live) and launches it on
+// the caller's stream with a persistent grid. Included by exactly one .cu per input dtype, which
+// instantiates it; the launcher calls it through dispatch.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <string>
+#include <type_traits>
+
+#include "core/rms_norm_backward_plan.h"
+#include "cuda/common/launch.h"
+#include "cuda/common/pdl.cuh"
+#include "cuda/rms_norm_backward/rms_norm_backward_kernels.cuh"
+#include "cuda/rms_norm_backward/rms_norm_backward_typed.h"
+#include "ropenorm/status.h"
+
+namespace ropenorm::cuda {
+
+namespace bwd_detail {
+
+inline Status bad_plan(const char* op, const char* what, int value) {
+  return Status(StatusCode::kUnsupported,
+                std::string(op) + ": no kernel for " + what + " " + std::to_string(value));
+}
+
+inline Status launch_error(const char* op, cudaError_t e) {
+  return Status(StatusCode::kDeviceError,
+                std::string(op) + ": kernel launch failed: " + cudaGetErrorString(e));
+}
+
+// Persistent grid: one block per row (per R rows on the warp path), at most the resident blocks
+// and the plan's cap per SM.
+template <typename Kernel>
+Status launch_persistent(const char* op, Kernel kernel, const RmsNormBwdKernelArgs& a,
+                         const core::RmsNormBwdPlan& p, cudaStream_t s, int64_t* grid) {
+  const bool warp = p.path == core::RmsNormBwdPath::kWarpPerRow;
+  const dim3 block = warp ? dim3(32, p.rows_per_block) : dim3(p.threads);
+  const size_t smem = static_cast<size_t>(p.smem_bytes);
+  if (smem > 48 * 1024) {
+    const int e = allow_dynamic_smem(reinterpret_cast<const void*>(kernel), smem);
+    if (e != 0) {
+      return Status(StatusCode::kDeviceError,
+                    std::string(op) + ": cannot raise shared memory to " + std::to_string(smem) +
+                        " bytes: " + cudaGetErrorString(static_cast<cudaError_t>(e)));
+    }
+  }
+  const int threads = static_cast<int>(block.x * block.y);
+  const int resident = blocks_per_sm(reinterpret_cast<const void*>(kernel), threads, smem);
+  *grid = core::bwd_grid(a.m, a.n, p, resident, device_sm_count());
+  const cudaError_t e =
+      launch_with_pdl(kernel, dim3(static_cast<unsigned>(*grid)), block, smem, s, a);
+  return e == cudaSuccess ? Status::Ok() : launch_error(op, e);
+}
+
+template <typename Tin, typename Tdy, int V, int VPT, bool kWarp, bool kSmemAcc>
+Status launch_stages(const char* op, const RmsNormBwdKernelArgs& a, const core::RmsNormBwdPlan& p,
+                     cudaStream_t s, int64_t* grid) {
+  switch (p.stages) {
+    case 4:
+      return launch_persistent(op, rms_norm_bwd_rows_kernel<Tin, Tdy, V, VPT, 4, kWarp, kSmemAcc>,
+                               a, p, s, grid);
+    case 2:
+      if constexpr (!kWarp) {
+        return launch_persistent(op, rms_norm_bwd_rows_kernel<Tin, Tdy, V, VPT, 2, kWarp, kSmemAcc>,
+                                 a, p, s, grid);
+      }
+      return bad_plan(op, "ring stages", p.stages);
+    default:
+      return bad_plan(op, "ring stages", p.stages);
+  }
+}
+
+template <typename Tin, typename Tdy, int V, bool kWarp, bool kSmemAcc>
+Status launch_vpt(const char* op, const RmsNormBwdKernelArgs& a, const core::RmsNormBwdPlan& p,
+                  cudaStream_t s, int64_t* grid) {
+  switch (p.vpt) {
+    case 1:
+      return launch_stages<Tin, Tdy, V, 1, kWarp, kSmemAcc>(op, a, p, s, grid);
+    case 2:
+      return launch_stages<Tin, Tdy, V, 2, kWarp, kSmemAcc>(op, a, p, s, grid);
+    case 4:
+      return launch_stages<Tin, Tdy, V, 4, kWarp, kSmemAcc>(op, a, p, s, grid);
+    case 8:
+      if constexpr (!kWarp && V * 8 <= core::kMaxRegElems) {
+        return launch_stages<Tin, Tdy, V, 8, kWarp, kSmemAcc>(op, a, p, s, grid);
+      }
+      return bad_plan(op, "vectors per thread", p.vpt);
+    default:
+      return bad_plan(op, "vectors per thread", p.vpt);
+  }
+}
+
+template <typename Tin, typename Tdy, int V, bool kSmemAcc>
+Status launch_rows(const char* op, const RmsNormBwdKernelArgs& a, const core::RmsNormBwdPlan& p,
+                   cudaStream_t s, int64_t* grid) {
+  if (p.path == core::RmsNormBwdPath::kWarpPerRow) {
+    return launch_vpt<Tin, Tdy, V, true, kSmemAcc>(op, a, p, s, grid);
+  }
+  return launch_vpt<Tin, Tdy, V, false, kSmemAcc>(op, a, p, s, grid);
+}
+
+template <typename Tin, typename Tdy, int V>
+Status launch_two_pass(const char* op, const RmsNormBwdKernelArgs& a, const core::RmsNormBwdPlan& p,
+                       cudaStream_t s, int64_t* grid) {
+  auto kernel = rms_norm_bwd_two_pass_kernel<Tin, Tdy, V>;
+  const int resident = blocks_per_sm(reinterpret_cast<const void*>(kernel), p.threads, 0);
+  *grid = core::bwd_grid(a.m, a.n, p, resident, device_sm_count());
+  const cudaError_t e =
+      launch_with_pdl(kernel, dim3(static_cast<unsigned>(*grid)), dim3(p.threads), 0, s, a);
+  return e == cudaSuccess ? Status::Ok() : launch_error(op, e);
+}
+
+}  // namespace bwd_detail
+
+template <typename Tin, typename Tdy>
+Status launch_rms_norm_backward_typed(const char* op, const RmsNormBwdKernelArgs& a,
+                                      const core::RmsNormBwdPlan& plan, cudaStream_t stream,
+                                      int64_t* grid) {
+  constexpr int kVec = core::max_vector_width(sizeof(BwdRefT<Tin, Tdy>));
+  // The ring kernels built (core::bwd_kernels_for): all kinds for equal dtypes, register partials
+  // for an f32 input with 16-bit dy; other pairs take the two-pass kernel.
+  constexpr bool kSame = std::is_same_v<Tin, Tdy>;
+  constexpr bool kRing = kSame || (std::is_same_v<Tin, float> && !std::is_same_v<Tdy, float>);
+  Status st;
+  if (plan.path == core::RmsNormBwdPath::kTwoPass) {
+    if (plan.vec == kVec) {
+      st = bwd_detail::launch_two_pass<Tin, Tdy, kVec>(op, a, plan, stream, grid);
+    } else if (plan.vec == core::kScalarWidth) {
+      st = bwd_detail::launch_two_pass<Tin, Tdy, core::kScalarWidth>(op, a, plan, stream, grid);
+    } else {
+      return bwd_detail::bad_plan(op, "vector width", plan.vec);
+    }
+  } else if (plan.vec != kVec) {
+    return bwd_detail::bad_plan(op, "vector width", plan.vec);
+  } else if (plan.smem_acc) {
+    if constexpr (kSame) {
+      st = bwd_detail::launch_rows<Tin, Tdy, kVec, true>(op, a, plan, stream, grid);
+    } else {
+      return bwd_detail::bad_plan(op, "ring path (shared-memory partials) for dy dtype",
+                                  static_cast<int>(DTypeOf<Tdy>::value));
+    }
+  } else {
+    if constexpr (kRing) {
+      st = bwd_detail::launch_rows<Tin, Tdy, kVec, false>(op, a, plan, stream, grid);
+    } else {
+      return bwd_detail::bad_plan(op, "ring path for dy dtype",
+                                  static_cast<int>(DTypeOf<Tdy>::value));
+    }
+  }
+  if (!st.ok()) return st;
+  const cudaError_t err = cudaGetLastError();
+  return err == cudaSuccess ? Status::Ok() : bwd_detail::launch_error(op, err);
+}
+
+#define ROPENORM_INSTANTIATE_RMS_NORM_BACKWARD(Tin, Tdy)                                   \
+  template Status launch_rms_norm_backward_typed<Tin, Tdy>(                                \
+      const char*, const RmsNormBwdKernelArgs&, const core::RmsNormBwdPlan&, cudaStream_t, \
+      int64_t*);
+
+}  // namespace ropenorm::cuda

@@ -1,0 +1,294 @@
+// GPU tests of rms_norm_backward and add_rms_norm_backward against the float64 oracle: widths,
+// row counts, every dtype combination (weight and dy dtypes independent of x's, f32 dw), no
+// weight, Gemma offset, saved vs recomputed rstd, strided and misaligned views, in place, the
+// fused add with and without ds; bitwise run-to-run determinism of dx and dw, batch invariance
+// of dx rows, zero rows.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "gpu_util.h"
+#include "verify/rms_norm_backward_case.h"
+
+namespace ropenorm {
+namespace {
+
+using verify::Fill;
+using verify::RmsNormBackwardCase;
+using verify::RmsNormBackwardOutcome;
+
+RmsNormBackwardOutcome expect_pass(const RmsNormBackwardCase& c) {
+  const auto in = verify::make_backward_inputs(c);
+  auto out = verify::run_backward_case(c, in);
+  EXPECT_TRUE(out.status.ok()) << out.status.message();
+  EXPECT_TRUE(out.passed) << out.summary;
+  return out;
+}
+
+const DType kFloatTypes[] = {DType::kFloat32, DType::kFloat16, DType::kBFloat16};
+const int64_t kWidths[] = {1,   2,    3,    31,   70,   127,   255,  256,
+                           769, 3584, 4095, 5120, 8199, 16384, 65536};
+
+int64_t rows_for(int64_t n) {
+  if (n <= 256) return 989;
+  if (n <= 8199) return 19;
+  return 7;
+}
+
+RmsNormBackwardCase same_dtype(int64_t m, int64_t n, DType dt, uint64_t seed) {
+  RmsNormBackwardCase c;
+  c.m = m;
+  c.n = n;
+  c.x_dtype = c.dy_dtype = c.w_dtype = c.dx_dtype = c.dres_dtype = dt;
+  c.seed = seed;
+  return c;
+}
+
+TEST(GpuRmsNormBackward, WidthMatrixEveryDtype) {
+  ROPENORM_REQUIRE_GPU();
+  uint64_t seed = 1;
+  for (DType dt : kFloatTypes) {
+    for (int64_t n : kWidths) {
+      RmsNormBackwardCase c = same_dtype(rows_for(n), n, dt, seed++);
+      expect_pass(c);
+      c.give_rstd = false;
+      expect_pass(c);
+    }
+  }
+}
+
+TEST(GpuRmsNormBackward, RowCounts) {
+  ROPENORM_REQUIRE_GPU();
+  for (int64_t m : {1, 7, 19, 989}) {
+    for (int64_t n : {64, 4096, 4095}) {
+      expect_pass(same_dtype(m, n, DType::kBFloat16, static_cast<uint64_t>(m * 31 + n)));
+    }
+  }
+  RmsNormBackwardCase c = same_dtype(65537, 1024, DType::kBFloat16, 65537);
+  expect_pass(c);
+  c.n = 4096;
+  c.x_dtype = c.dy_dtype = c.dx_dtype = DType::kFloat32;  // f32 dw over 65537 rows
+  c.w_dtype = DType::kFloat32;
+  expect_pass(c);
+}
+
+TEST(GpuRmsNormBackward, EveryDtypeCombination) {
+  ROPENORM_REQUIRE_GPU();
+  uint64_t seed = 100;
+  for (DType x : kFloatTypes) {
+    for (DType dy : kFloatTypes) {
+      for (DType w : kFloatTypes) {
+        for (int64_t n : {70, 4096, 4095}) {
+          RmsNormBackwardCase c = same_dtype(7, n, x, seed++);
+          c.dy_dtype = dy;
+          c.w_dtype = w;
+          c.dx_dtype = dy;  // dx in another dtype than x too
+          expect_pass(c);
+        }
+      }
+    }
+  }
+}
+
+TEST(GpuRmsNormBackward, NoWeightOffsetAndRecomputedRstd) {
+  ROPENORM_REQUIRE_GPU();
+  uint64_t seed = 300;
+  for (DType dt : kFloatTypes) {
+    for (int64_t n : {31, 3584, 4095, 16384, 65536}) {
+      RmsNormBackwardCase c = same_dtype(19, n, dt, seed++);
+      c.has_weight = false;
+      expect_pass(c);
+      c.give_rstd = false;
+      expect_pass(c);
+      c = same_dtype(19, n, dt, seed++);
+      c.params.weight_offset = 1.0f;  // Gemma
+      expect_pass(c);
+      c.give_rstd = false;
+      c.params.eps = 1e-2f;
+      expect_pass(c);
+      c.params.eps = 1e-12f;
+      expect_pass(c);
+      c.want_dw = false;  // dw not wanted: no workspace
+      expect_pass(c);
+    }
+  }
+}
+
+TEST(GpuRmsNormBackward, SpecialRows) {
+  ROPENORM_REQUIRE_GPU();
+  for (DType dt : kFloatTypes) {
+    for (Fill f : {Fill::kZero, Fill::kConstant}) {
+      for (int64_t n : {31, 4096, 5120}) {
+        RmsNormBackwardCase c = same_dtype(7, n, dt, static_cast<uint64_t>(n) * 7 + 1);
+        c.fill = f;
+        expect_pass(c);
+        c.give_rstd = false;
+        expect_pass(c);
+      }
+    }
+  }
+}
+
+TEST(GpuRmsNormBackward, StridedMisalignedAnd3dViews) {
+  ROPENORM_REQUIRE_GPU();
+  uint64_t seed = 500;
+  for (DType dt : kFloatTypes) {
+    for (int64_t n : {8, 70, 4096, 4095, 8192, 65536}) {
+      for (int pad : {0, 3, 8}) {
+        for (int off : {0, 1}) {
+          RmsNormBackwardCase c = same_dtype(n > 8192 ? 3 : 19, n, dt, seed++);
+          c.pitch_pad = pad;
+          c.storage_offset = off;
+          expect_pass(c);
+        }
+      }
+      RmsNormBackwardCase c = same_dtype(12, n, dt, seed++);
+      c.batch = 3;  // [3, 4, n] stored sequence-major: leading dims do not collapse
+      c.pitch_pad = 8;
+      expect_pass(c);
+    }
+  }
+  // Mixed element sizes on misaligned rows (scalar access).
+  RmsNormBackwardCase c = same_dtype(19, 4096, DType::kBFloat16, seed++);
+  c.dy_dtype = DType::kFloat32;
+  c.storage_offset = 1;
+  expect_pass(c);
+}
+
+TEST(GpuRmsNormBackward, InPlace) {
+  ROPENORM_REQUIRE_GPU();
+  for (DType dt : kFloatTypes) {
+    for (int64_t n : {31, 4096, 4095, 65536}) {
+      RmsNormBackwardCase c = same_dtype(7, n, dt, static_cast<uint64_t>(n) + 9);
+      c.in_place = true;
+      expect_pass(c);
+    }
+  }
+}
+
+TEST(GpuAddRmsNormBackward, Matrix) {
+  ROPENORM_REQUIRE_GPU();
+  uint64_t seed = 900;
+  for (DType dt : kFloatTypes) {
+    for (DType res : {dt, DType::kFloat32}) {
+      for (int64_t n : {1, 3, 70, 256, 4095, 4096, 8199, 65536}) {
+        for (bool has_ds : {false, true}) {
+          for (bool in_place : {false, true}) {
+            RmsNormBackwardCase c = same_dtype(rows_for(n), n, dt, seed++);
+            c.fused = true;
+            c.x_dtype = res;  // s has the residual's dtype; dy, dx x's
+            c.dres_dtype = res;
+            c.has_ds = has_ds;
+            c.in_place = in_place;
+            expect_pass(c);
+          }
+        }
+      }
+      RmsNormBackwardCase c = same_dtype(19, 4096, dt, seed++);
+      c.fused = true;
+      c.x_dtype = c.dres_dtype = res;
+      c.has_ds = true;
+      c.w_dtype = DType::kFloat32;
+      c.pitch_pad = 3;
+      c.storage_offset = 1;
+      c.give_rstd = false;
+      expect_pass(c);
+      c.has_weight = false;
+      expect_pass(c);
+    }
+  }
+}
+
+// Same inputs, two runs: dx, dresidual and dw bitwise identical (no float atomics).
+TEST(GpuRmsNormBackward, RunToRunDeterminism) {
+  ROPENORM_REQUIRE_GPU();
+  struct Shape {
+    int64_t m, n;
+    DType dt;
+    bool fused;
+  };
+  for (const Shape& s :
+       {Shape{4096, 4096, DType::kBFloat16, false}, Shape{989, 4095, DType::kBFloat16, false},
+        Shape{989, 64, DType::kFloat16, false}, Shape{989, 127, DType::kFloat32, true},
+        Shape{19, 65536, DType::kBFloat16, false}, Shape{4096, 8192, DType::kBFloat16, true}}) {
+    RmsNormBackwardCase c = same_dtype(s.m, s.n, s.dt, static_cast<uint64_t>(s.m + s.n));
+    c.fused = s.fused;
+    c.has_ds = s.fused;
+    const auto in = verify::make_backward_inputs(c);
+    const auto a = verify::run_backward_case(c, in);
+    const auto b = verify::run_backward_case(c, in);
+    ASSERT_TRUE(a.passed) << a.summary;
+    ASSERT_TRUE(b.passed) << b.summary;
+    EXPECT_EQ(a.dx_out.bytes, b.dx_out.bytes) << verify::describe(c);
+    EXPECT_EQ(a.dres_out.bytes, b.dres_out.bytes) << verify::describe(c);
+    EXPECT_EQ(a.dw_out.bytes, b.dw_out.bytes) << verify::describe(c);
+  }
+}
+
+// A row's dx is bitwise the same whatever the number of rows in the call.
+TEST(GpuRmsNormBackward, BatchInvariance) {
+  ROPENORM_REQUIRE_GPU();
+  for (bool fused : {false, true}) {
+    for (bool rstd : {true, false}) {
+      for (int64_t n : {64, 4096, 4095, 8192, 65536}) {
+        std::vector<std::vector<unsigned char>> first_rows;
+        for (int64_t m : {1, 255, 4096}) {
+          if (n >= 65536 && m > 255) continue;
+          RmsNormBackwardCase c = same_dtype(m, n, DType::kBFloat16, static_cast<uint64_t>(m + n));
+          c.fused = fused;
+          c.has_ds = fused;
+          c.give_rstd = rstd;
+          auto in = verify::make_backward_inputs(c);
+          // Row 0 (and the weight) identical across M.
+          RmsNormBackwardCase c1 = c;
+          c1.m = 1;
+          c1.seed = 77;
+          const auto in1 = verify::make_backward_inputs(c1);
+          for (int64_t k = 0; k < n; ++k) {
+            in.x.set(k, in1.x.get(k));
+            in.dy.set(k, in1.dy.get(k));
+            if (fused) in.ds.set(k, in1.ds.get(k));
+            in.weight.set(k, in1.weight.get(k));
+          }
+          if (rstd) in.rstd.set(0, in1.rstd.get(0));
+          const auto out = verify::run_backward_case(c, in);
+          ASSERT_TRUE(out.passed) << out.summary;
+          const auto* dx = out.dx_out.bytes.data();
+          first_rows.emplace_back(dx, dx + n * dtype_size(out.dx_out.dtype));
+          if (fused) {
+            const auto* dr = out.dres_out.bytes.data();
+            first_rows.back().insert(first_rows.back().end(), dr,
+                                     dr + n * dtype_size(out.dres_out.dtype));
+          }
+        }
+        for (size_t i = 1; i < first_rows.size(); ++i) {
+          ASSERT_EQ(first_rows[0], first_rows[i]) << "n=" << n << " run " << i;
+        }
+      }
+    }
+  }
+}
+
+// Zero rows: nothing to write but dw, which is the empty sum (0). Zero width: nothing at all.
+TEST(GpuRmsNormBackward, ZeroSize) {
+  ROPENORM_REQUIRE_GPU();
+  for (bool fused : {false, true}) {
+    RmsNormBackwardCase c = same_dtype(0, 4096, DType::kBFloat16, 3);
+    c.fused = fused;
+    c.has_ds = fused;
+    const auto out = expect_pass(c);
+    ASSERT_EQ(out.dw_out.numel(), 4096);
+    for (int64_t j = 0; j < 4096; ++j) ASSERT_EQ(out.dw_out.bits(j), 0u) << j;
+    c.m = 3;
+    c.n = 0;
+    c.has_weight = false;
+    c.give_rstd = false;
+    const auto none = verify::run_backward_case(c, verify::make_backward_inputs(c));
+    EXPECT_TRUE(none.status.ok()) << none.status.message();
+    EXPECT_EQ(none.pad_written, 0);
+  }
+}
+
+}  // namespace
+}  // namespace ropenorm

@@ -1,0 +1,373 @@
+// Every RMSNorm backward input error gets its own message naming the argument, and leaves every
+// output (dx, dresidual, dw, workspace) untouched. Runs on the CPU: validation happens before any
+// device work. Also the workspace size rules.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "core/checks.h"
+#include "core/rms_norm_backward_plan.h"
+#include "core/rms_norm_backward_validate.h"
+#include "ropenorm/rms_norm_backward.h"
+
+namespace ropenorm {
+namespace {
+
+constexpr int64_t M = 4, N = 8;
+constexpr size_t kWsBytes = M * N * 4;  // what the tests below pretend the device needs
+
+struct Buffers {
+  std::vector<uint16_t> dy = std::vector<uint16_t>(64 * M * N, 0x3F80);
+  std::vector<uint16_t> x = std::vector<uint16_t>(64 * M * N, 0x3F80);
+  std::vector<uint16_t> ds = std::vector<uint16_t>(64 * M * N, 0x3F80);
+  std::vector<uint16_t> w = std::vector<uint16_t>(64 * N, 0x3F80);
+  std::vector<float> rstd = std::vector<float>(64 * M, 1.0f);
+  std::vector<uint16_t> dx = std::vector<uint16_t>(64 * M * N, 0xFFFF);
+  std::vector<uint16_t> dres = std::vector<uint16_t>(64 * M * N, 0xFFFF);
+  std::vector<uint16_t> dw = std::vector<uint16_t>(64 * N, 0xFFFF);
+  std::vector<float> ws = std::vector<float>(64 * M * N, std::numeric_limits<float>::quiet_NaN());
+
+  bool outputs_untouched() const {
+    for (const auto* v : {&dx, &dres, &dw}) {
+      for (uint16_t e : *v) {
+        if (e != 0xFFFF) return false;
+      }
+    }
+    for (float e : ws) {
+      if (!std::isnan(e)) return false;
+    }
+    return true;
+  }
+};
+
+core::RmsNormBackwardCall valid_call(Buffers& b, bool fused) {
+  const Device d = Device::cuda(0);
+  core::RmsNormBackwardCall c;
+  c.dy = TensorRef::contiguous(b.dy.data(), DType::kBFloat16, {M, N}, d);
+  c.x = TensorRef::contiguous(b.x.data(), DType::kBFloat16, {M, N}, d);
+  c.weight = TensorRef::contiguous(b.w.data(), DType::kBFloat16, {N}, d);
+  c.rstd = TensorRef::contiguous(b.rstd.data(), DType::kFloat32, {M}, d);
+  c.dx = TensorRef::contiguous(b.dx.data(), DType::kBFloat16, {M, N}, d);
+  c.dw = TensorRef::contiguous(b.dw.data(), DType::kBFloat16, {N}, d);
+  c.workspace = TensorRef::contiguous(b.ws.data(), DType::kFloat32, {M * N}, d);
+  c.fused = fused;
+  if (fused) {
+    c.ds = TensorRef::contiguous(b.ds.data(), DType::kBFloat16, {M, N}, d);
+    c.dresidual = TensorRef::contiguous(b.dres.data(), DType::kBFloat16, {M, N}, d);
+  }
+  return c;
+}
+
+Status validate_all(const core::RmsNormBackwardCall& c) {
+  ROPENORM_TRY(core::validate_rms_norm_backward(c, 0));
+  return core::validate_rms_norm_backward_workspace(c, kWsBytes);
+}
+
+Status call_public(const core::RmsNormBackwardCall& c) {
+  if (c.fused) {
+    return add_rms_norm_backward(c.dy, c.ds, c.x, c.weight, c.rstd, c.dx, c.dresidual, c.dw,
+                                 c.workspace, c.params);
+  }
+  return rms_norm_backward(c.dy, c.x, c.weight, c.rstd, c.dx, c.dw, c.workspace, c.params);
+}
+
+struct BadCase {
+  const char* name;
+  bool fused;
+  std::function<void(core::RmsNormBackwardCall&, Buffers&)> mutate;
+  const char* arg;  // must appear in the message as "argument '<arg>'"
+};
+
+const std::vector<BadCase>& bad_cases() {
+  const Device d = Device::cuda(0);
+  const DType bf = DType::kBFloat16;
+  static const std::vector<BadCase> cases = {
+      {"dy absent", false, [](auto& c, auto&) { c.dy = TensorRef(); }, "dy"},
+      {"dy int dtype", false, [](auto& c, auto&) { c.dy.dtype = DType::kInt32; }, "dy"},
+      {"dy last-dim stride 2", false,
+       [=](auto& c, auto& b) {
+         c.dy = TensorRef(b.dy.data(), bf, {M, N}, {2 * N, 2}, d);
+       },
+       "dy"},
+      {"dy null with data", false, [](auto& c, auto&) { c.dy.data = nullptr; }, "dy"},
+      {"dy negative stride", false,
+       [=](auto& c, auto& b) {
+         c.dy = TensorRef(b.dy.data(), bf, {M, N}, {-N, 1}, d);
+       },
+       "dy"},
+      {"x absent", false, [](auto& c, auto&) { c.x = TensorRef(); }, "x"},
+      {"x shape mismatch", false,
+       [=](auto& c, auto& b) {
+         c.x = TensorRef::contiguous(b.x.data(), bf, {M, N + 1}, d);
+       },
+       "x"},
+      {"x int dtype", false, [](auto& c, auto&) { c.x.dtype = DType::kInt64; }, "x"},
+      {"x last-dim stride 2", false,
+       [=](auto& c, auto& b) {
+         c.x = TensorRef(b.x.data(), bf, {M, N}, {2 * N, 2}, d);
+       },
+       "x"},
+      {"s shape mismatch (fused)", true,
+       [=](auto& c, auto& b) {
+         c.x = TensorRef::contiguous(b.x.data(), bf, {M + 1, N}, d);
+       },
+       "s"},
+      {"dx absent", false, [](auto& c, auto&) { c.dx = TensorRef(); }, "dx"},
+      {"dx shape mismatch", false,
+       [=](auto& c, auto& b) { c.dx = TensorRef::contiguous(b.dx.data(), bf, {M * N}, d); }, "dx"},
+      {"dx int dtype", false, [](auto& c, auto&) { c.dx.dtype = DType::kInt32; }, "dx"},
+      {"dx aliases its own rows", false,
+       [=](auto& c, auto& b) {
+         c.dx = TensorRef(b.dx.data(), bf, {M, N}, {0, 1}, d);
+       },
+       "dx"},
+      {"dx null with data", false, [](auto& c, auto&) { c.dx.data = nullptr; }, "dx"},
+      {"weight length != N", false,
+       [=](auto& c, auto& b) { c.weight = TensorRef::contiguous(b.w.data(), bf, {N - 1}, d); },
+       "weight"},
+      {"weight 2-D", false,
+       [=](auto& c, auto& b) {
+         c.weight = TensorRef::contiguous(b.w.data(), bf, {1, N}, d);
+       },
+       "weight"},
+      {"weight strided", false,
+       [=](auto& c, auto& b) { c.weight = TensorRef(b.w.data(), bf, {N}, {2}, d); }, "weight"},
+      {"weight int dtype", false, [](auto& c, auto&) { c.weight.dtype = DType::kInt32; }, "weight"},
+      {"offset without weight", false,
+       [](auto& c, auto&) {
+         c.weight = TensorRef();
+         c.dw = TensorRef();
+         c.params.weight_offset = 1.0f;
+       },
+       "weight_offset"},
+      {"offset NaN", false, [](auto& c, auto&) { c.params.weight_offset = std::nanf(""); },
+       "weight_offset"},
+      {"rstd wrong length", false,
+       [=](auto& c, auto& b) {
+         c.rstd = TensorRef::contiguous(b.rstd.data(), DType::kFloat32, {M + 1}, d);
+       },
+       "rstd"},
+      {"rstd bf16", false, [](auto& c, auto&) { c.rstd.dtype = DType::kBFloat16; }, "rstd"},
+      {"rstd strided", false,
+       [=](auto& c, auto& b) { c.rstd = TensorRef(b.rstd.data(), DType::kFloat32, {M}, {2}, d); },
+       "rstd"},
+      {"eps NaN without rstd", false,
+       [](auto& c, auto&) {
+         c.rstd = TensorRef();
+         c.params.eps = std::nanf("");
+       },
+       "eps"},
+      {"eps zero without rstd", false,
+       [](auto& c, auto&) {
+         c.rstd = TensorRef();
+         c.params.eps = 0.0f;
+       },
+       "eps"},
+      {"eps above 1e-2 without rstd", false,
+       [](auto& c, auto&) {
+         c.rstd = TensorRef();
+         c.params.eps = 0.02f;
+       },
+       "eps"},
+      {"dw without weight", false, [](auto& c, auto&) { c.weight = TensorRef(); }, "dw"},
+      {"dw dtype != weight's", false, [](auto& c, auto&) { c.dw.dtype = DType::kFloat32; }, "dw"},
+      {"dw length != N", false,
+       [=](auto& c, auto& b) { c.dw = TensorRef::contiguous(b.dw.data(), bf, {N + 1}, d); }, "dw"},
+      {"dw strided", false,
+       [=](auto& c, auto& b) { c.dw = TensorRef(b.dw.data(), bf, {N}, {2}, d); }, "dw"},
+      {"dw overlaps dx", false,
+       [=](auto& c, auto& b) { c.dw = TensorRef::contiguous(b.dx.data(), bf, {N}, d); }, "dw"},
+      {"dw overlaps weight", false,
+       [=](auto& c, auto& b) { c.dw = TensorRef::contiguous(b.w.data(), bf, {N}, d); }, "dw"},
+      {"workspace absent", false, [](auto& c, auto&) { c.workspace = TensorRef(); }, "workspace"},
+      {"workspace too small", false,
+       [=](auto& c, auto& b) {
+         c.workspace = TensorRef::contiguous(b.ws.data(), DType::kFloat32, {M * N - 1}, d);
+       },
+       "workspace"},
+      {"workspace bf16", false, [](auto& c, auto&) { c.workspace.dtype = DType::kBFloat16; },
+       "workspace"},
+      {"workspace strided", false,
+       [=](auto& c, auto& b) {
+         c.workspace = TensorRef(b.ws.data(), DType::kFloat32, {M * N}, {2}, d);
+       },
+       "workspace"},
+      {"workspace overlaps dx", false,
+       [=](auto& c, auto& b) {
+         c.workspace = TensorRef::contiguous(b.dx.data(), DType::kFloat32, {M * N}, d);
+       },
+       "workspace"},
+      {"workspace null", false, [](auto& c, auto&) { c.workspace.data = nullptr; }, "workspace"},
+      {"dx partially overlaps dy", false,
+       [=](auto& c, auto& b) {
+         c.dx = TensorRef::contiguous(b.dy.data() + 1, bf, {M, N}, d);
+       },
+       "dx"},
+      {"dx == x", false,
+       [=](auto& c, auto& b) {
+         c.dx = TensorRef::contiguous(b.x.data(), bf, {M, N}, d);
+       },
+       "dx"},
+      {"dx == dy as another dtype", false,
+       [=](auto& c, auto& b) {
+         c.dx = TensorRef::contiguous(b.dy.data(), DType::kFloat16, {M, N}, d);
+       },
+       "dx"},
+      {"dx overlaps rstd", false,
+       [=](auto& c, auto& b) {
+         c.dx = TensorRef::contiguous(reinterpret_cast<uint16_t*>(b.rstd.data()), bf, {M, N}, d);
+       },
+       "dx"},
+      {"ds given to plain op", false,
+       [=](auto& c, auto& b) {
+         c.ds = TensorRef::contiguous(b.ds.data(), bf, {M, N}, d);
+       },
+       "ds"},
+      {"dresidual given to plain op", false,
+       [=](auto& c, auto& b) {
+         c.dresidual = TensorRef::contiguous(b.dres.data(), bf, {M, N}, d);
+       },
+       "dresidual"},
+      {"dresidual absent (fused)", true, [](auto& c, auto&) { c.dresidual = TensorRef(); },
+       "dresidual"},
+      {"dresidual shape mismatch", true,
+       [=](auto& c, auto& b) {
+         c.dresidual = TensorRef::contiguous(b.dres.data(), bf, {M, N - 1}, d);
+       },
+       "dresidual"},
+      {"ds dtype != s's", true, [](auto& c, auto&) { c.ds.dtype = DType::kFloat16; }, "ds"},
+      {"ds shape mismatch", true,
+       [=](auto& c, auto& b) {
+         c.ds = TensorRef::contiguous(b.ds.data(), bf, {M, 2 * N}, d);
+       },
+       "ds"},
+      {"dresidual == dx", true, [](auto& c, auto&) { c.dresidual = c.dx; }, "dresidual"},
+      {"dresidual == s", true,
+       [=](auto& c, auto& b) {
+         c.dresidual = TensorRef::contiguous(b.x.data(), bf, {M, N}, d);
+       },
+       "dresidual"},
+      {"dx == s", true,
+       [=](auto& c, auto& b) {
+         c.dx = TensorRef::contiguous(b.x.data(), bf, {M, N}, d);
+       },
+       "dx"},
+      {"dy on the CPU", false, [](auto& c, auto&) { c.dy.device = Device::cpu(); }, "dy"},
+      {"dx on another GPU", false, [](auto& c, auto&) { c.dx.device = Device::cuda(1); }, "dx"},
+      {"dw on another GPU", false, [](auto& c, auto&) { c.dw.device = Device::cuda(2); }, "dw"},
+      {"workspace on the CPU", false, [](auto& c, auto&) { c.workspace.device = Device::cpu(); },
+       "workspace"},
+      {"ds on another GPU", true, [](auto& c, auto&) { c.ds.device = Device::cuda(1); }, "ds"},
+  };
+  return cases;
+}
+
+TEST(CpuRmsNormBackwardValidation, ValidCallsPass) {
+  for (bool fused : {false, true}) {
+    Buffers b;
+    auto c = valid_call(b, fused);
+    EXPECT_TRUE(validate_all(c).ok()) << validate_all(c).message();
+    c.dx = c.dy;  // in place
+    if (fused) c.dresidual = c.ds;
+    EXPECT_TRUE(validate_all(c).ok()) << validate_all(c).message();
+    if (fused) {
+      c.dx = c.ds;  // the other in-place pairing
+      c.dresidual = c.dy;
+      EXPECT_TRUE(validate_all(c).ok()) << validate_all(c).message();
+      c.ds = TensorRef();  // no gradient through s
+      c.dx = TensorRef::contiguous(b.dx.data(), DType::kFloat32, {M, N}, Device::cuda(0));
+      c.dresidual = TensorRef::contiguous(b.dres.data(), DType::kFloat32, {M, N}, Device::cuda(0));
+      EXPECT_TRUE(validate_all(c).ok()) << validate_all(c).message();
+    }
+    c.dw = TensorRef();  // dw not wanted: no workspace needed
+    c.workspace = TensorRef();
+    EXPECT_TRUE(validate_all(c).ok()) << validate_all(c).message();
+    c.weight = TensorRef();  // no weight
+    c.rstd = TensorRef();    // recomputed r
+    EXPECT_TRUE(validate_all(c).ok()) << validate_all(c).message();
+  }
+}
+
+TEST(CpuRmsNormBackwardValidation, EpsIsIgnoredWithSavedRstd) {
+  Buffers b;
+  auto c = valid_call(b, false);
+  c.params.eps = 0.0f;
+  EXPECT_TRUE(validate_all(c).ok()) << validate_all(c).message();
+}
+
+TEST(CpuRmsNormBackwardValidation, EachErrorNamesItsArgumentAndWritesNothing) {
+  for (const BadCase& bc : bad_cases()) {
+    Buffers b;
+    auto c = valid_call(b, bc.fused);
+    bc.mutate(c, b);
+    const Status st = validate_all(c);
+    ASSERT_FALSE(st.ok()) << bc.name;
+    EXPECT_NE(st.message().find(std::string("argument '") + bc.arg + "'"), std::string::npos)
+        << bc.name << ": " << st.message();
+    EXPECT_NE(st.message().find(core::rms_norm_backward_op(c)), std::string::npos)
+        << bc.name << ": " << st.message();
+    EXPECT_NE(st.message().find("expected"), std::string::npos) << bc.name << ": " << st.message();
+    EXPECT_NE(st.message().find("received"), std::string::npos) << bc.name << ": " << st.message();
+    // The public entry point refuses the call too and writes nothing.
+    const Status pub = call_public(c);
+    EXPECT_FALSE(pub.ok()) << bc.name;
+    EXPECT_TRUE(b.outputs_untouched()) << bc.name;
+  }
+}
+
+TEST(CpuRmsNormBackwardValidation, ZeroRowsAreValid) {
+  Buffers b;
+  auto c = valid_call(b, false);
+  const Device d = Device::cuda(0);
+  c.dy = TensorRef::contiguous(nullptr, DType::kBFloat16, {0, N}, d);
+  c.x = TensorRef::contiguous(nullptr, DType::kBFloat16, {0, N}, d);
+  c.dx = TensorRef::contiguous(nullptr, DType::kBFloat16, {0, N}, d);
+  c.rstd = TensorRef::contiguous(b.rstd.data(), DType::kFloat32, {0}, d);
+  c.workspace = TensorRef();  // no rows: no workspace
+  EXPECT_FALSE(core::rms_norm_backward_needs_workspace(c));
+  EXPECT_TRUE(validate_all(c).ok()) << validate_all(c).message();
+}
+
+TEST(CpuRmsNormBackwardWorkspace, SizeRules) {
+  // Bounded by a few partial rows per SM, never more than one per row; nothing for no rows.
+  EXPECT_EQ(core::bwd_workspace_bytes(0, 4096, 132), 0u);
+  EXPECT_EQ(core::bwd_workspace_bytes(7, 0, 132), 0u);
+  EXPECT_EQ(core::bwd_workspace_bytes(1, 4096, 132), 4096u * 4);
+  EXPECT_EQ(core::bwd_workspace_bytes(7, 4096, 132), 7u * 4096 * 4);
+  EXPECT_EQ(core::bwd_workspace_bytes(32768, 4096, 132), 2u * 132 * 4096 * 4);
+  EXPECT_EQ(core::bwd_workspace_bytes(32768, 1024, 132), 4u * 132 * 1024 * 4);
+  EXPECT_EQ(core::bwd_workspace_bytes(32768, 65536, 132), 132u * 65536 * 4);
+  // Same for every M past the cap: the bound depends on the device, not on M.
+  EXPECT_EQ(core::bwd_workspace_bytes(65537, 4096, 132),
+            core::bwd_workspace_bytes(4096, 4096, 132));
+  // The public query: 0 for empty shapes; otherwise the device's bound (0 without a device).
+  EXPECT_EQ(rms_norm_backward_workspace_size(0, 4096), 0u);
+  EXPECT_EQ(rms_norm_backward_workspace_size(5, 0), 0u);
+  const size_t one_row = rms_norm_backward_workspace_size(1, 4096);
+  EXPECT_TRUE(one_row == 0u || one_row == 4096u * 4) << one_row;
+}
+
+TEST(CpuRmsNormBackwardWorkspace, GridNeverExceedsTheBound) {
+  for (int64_t n : {1, 70, 1024, 2048, 2049, 4096, 4095, 8192, 16384, 16385, 65536}) {
+    for (int64_t m : {1, 7, 989, 65537}) {
+      for (int vec : {1, 8}) {
+        for (bool uniform : {true, false}) {
+          const core::RmsNormBwdPlan p =
+              core::plan_rms_norm_backward(n, vec, uniform, core::BwdKernels{}, 4, true);
+          for (int resident : {1, 2, 4, 16}) {
+            const int64_t g = core::bwd_grid(m, n, p, resident, 132);
+            EXPECT_GE(g, 1);
+            EXPECT_LE(g, core::bwd_max_parts(m, n, 132)) << n << " " << m;
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ropenorm
