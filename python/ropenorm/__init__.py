@@ -1,5 +1,5 @@
-"""ropenorm: RMSNorm, fused add + RMSNorm and rotary position embedding (RoPE) CUDA kernels for
-PyTorch.
+"""ropenorm: RMSNorm, fused add + RMSNorm, rotary position embedding (RoPE) and fused QK-norm +
+RoPE CUDA kernels for PyTorch, forward and backward.
 
 ``import ropenorm`` always works. When PyTorch is not importable, the compiled extension is
 missing, or no CUDA device is usable, calling an op raises a RuntimeError that says which;
@@ -23,12 +23,14 @@ __all__ = [
     "rope",
     "apply_rope",
     "apply_rotary_pos_emb",
+    "qk_norm_rope",
     "rope_inv_freq",
     "build_rope_cache",
     "rope_parameters_from_hf_config",
     "RMSNorm",
     "FusedAddRMSNorm",
     "RotaryEmbedding",
+    "QKNormRoPE",
 ]
 
 try:
@@ -67,12 +69,13 @@ if _torch_error is None:
         apply_rope,
         apply_rotary_pos_emb,
         build_rope_cache,
+        qk_norm_rope,
         rms_norm,
         rope,
         rope_inv_freq,
         rope_parameters_from_hf_config,
     )
-    from .nn import FusedAddRMSNorm, RMSNorm, RotaryEmbedding
+    from .nn import FusedAddRMSNorm, QKNormRoPE, RMSNorm, RotaryEmbedding
 else:  # pragma: no cover - exercised only without torch
 
     def _unavailable(name: str):
@@ -88,9 +91,11 @@ else:  # pragma: no cover - exercised only without torch
     rope = _unavailable("rope")
     apply_rope = _unavailable("apply_rope")
     apply_rotary_pos_emb = _unavailable("apply_rotary_pos_emb")
+    qk_norm_rope = _unavailable("qk_norm_rope")
     rope_inv_freq = _unavailable("rope_inv_freq")
     build_rope_cache = _unavailable("build_rope_cache")
     rope_parameters_from_hf_config = _unavailable("rope_parameters_from_hf_config")
     RMSNorm = _unavailable("RMSNorm")
     FusedAddRMSNorm = _unavailable("FusedAddRMSNorm")
     RotaryEmbedding = _unavailable("RotaryEmbedding")
+    QKNormRoPE = _unavailable("QKNormRoPE")

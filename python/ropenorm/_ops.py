@@ -8,8 +8,11 @@ torch.compile, torch.export and autograd need on top:
 - autograd for ``rope`` and ``rope_qk``: the backward of a rotation is the inverse rotation with
   the same positions and cos/sin source, ``dq = rope(dq_out, inverse=not inverse)``; no gradient
   flows to positions or to the cos/sin tables;
-- autograd for ``rms_norm`` and ``add_rms_norm`` whose backward raises NotImplementedError (the
-  RMSNorm backward kernels do not exist yet); the forward works with tensors that require grad.
+- autograd for ``rms_norm``, ``add_rms_norm`` and ``qk_norm_rope`` through their backward
+  operators (``rms_norm_backward``, ``add_rms_norm_backward``, ``qk_norm_rope_backward``): the
+  forward saves its inputs (``add_rms_norm``: the sum s) and the weights, plus the rstd it
+  returns, marked non-differentiable; weight gradients are computed only when a weight needs one.
+  The backward operators have no autograd of their own (no double backward through the norms).
 
 When the library is missing or cannot be loaded, nothing is registered and ``load_error`` says
 why; ``require`` turns that into a RuntimeError at the first call of an op.
@@ -81,6 +84,14 @@ def _contiguous_like(t: torch.Tensor, dtype: Optional[torch.dtype] = None) -> to
     return t.new_empty(t.shape, dtype=dtype if dtype is not None else t.dtype)
 
 
+def _weight_grad_like(weight: Optional[torch.Tensor], wanted: bool,
+                      like: torch.Tensor) -> torch.Tensor:
+    # A weight gradient, or the 0-element placeholder the backward operators return instead.
+    if wanted and weight is not None:
+        return _contiguous_like(weight)
+    return like.new_empty((0,))
+
+
 def _last_dim_contiguous(t: torch.Tensor) -> torch.Tensor:
     # Incoming gradients can be expanded (stride 0) or otherwise strided in the last dim; the
     # kernels read the last dim with stride 1.
@@ -104,6 +115,17 @@ def _register() -> None:
     ):
         return _contiguous_like(x)
 
+    @torch.library.register_fake("ropenorm::rms_norm_backward")
+    def _rms_norm_backward_fake(dy, x, weight=None, rstd=None, eps=1e-6, weight_offset=0.0,
+                                weight_grad=True):
+        return _contiguous_like(x), _weight_grad_like(weight, weight_grad, x)
+
+    @torch.library.register_fake("ropenorm::add_rms_norm_backward")
+    def _add_rms_norm_backward_fake(dy, ds, s, weight=None, rstd=None, eps=1e-6,
+                                    weight_offset=0.0, weight_grad=True):
+        return (_contiguous_like(s, dy.dtype), _contiguous_like(s),
+                _weight_grad_like(weight, weight_grad, s))
+
     @torch.library.register_fake("ropenorm::rope")
     def _rope_fake(q, *args, **kwargs):
         return _contiguous_like(q)
@@ -119,6 +141,28 @@ def _register() -> None:
     @torch.library.register_fake("ropenorm::rope_qk_")
     def _rope_qk_inplace_fake(q, k, *args, **kwargs):
         return None
+
+    @torch.library.register_fake("ropenorm::qk_norm_rope")
+    def _qk_norm_rope_fake(q, k, q_weight, k_weight, *args, **kwargs):
+        return (_contiguous_like(q), _contiguous_like(k),
+                q.new_empty(q.shape[:-1], dtype=torch.float32),
+                k.new_empty(k.shape[:-1], dtype=torch.float32))
+
+    @torch.library.register_fake("ropenorm::qk_norm_rope_")
+    def _qk_norm_rope_inplace_fake(q, k, q_weight, k_weight, *args, **kwargs):
+        return (q.new_empty(q.shape[:-1], dtype=torch.float32),
+                k.new_empty(k.shape[:-1], dtype=torch.float32))
+
+    @torch.library.register_fake("ropenorm::qk_norm_rope_backward")
+    def _qk_norm_rope_backward_fake(dq_out, dk_out, q, k, q_weight, k_weight, q_rstd=None,
+                                    k_rstd=None, eps=1e-6, weight_offset=0.0, positions=None,
+                                    cos_sin_kind=0, cos_sin_cache=None, cos=None, sin=None,
+                                    inv_freq=None, attention_scaling=1.0, offset=0,
+                                    seq_offsets=None, style=0, rotary_dim=0,
+                                    check_positions=False, weight_grad=True):
+        return (_contiguous_like(q), _contiguous_like(k),
+                _weight_grad_like(q_weight, weight_grad, q),
+                _weight_grad_like(k_weight, weight_grad, k))
 
     # ---- autograd: rope --------------------------------------------------------------------
 
@@ -185,31 +229,97 @@ def _register() -> None:
         "ropenorm::rope_qk", _rope_qk_backward, setup_context=_rope_qk_setup
     )
 
-    # ---- autograd: RMSNorm (forward only for now) ------------------------------------------
+    # ---- autograd: RMSNorm ------------------------------------------------------------------
 
-    def _no_setup(ctx, inputs, output) -> None:
-        pass
+    def _rms_norm_setup(ctx, inputs, output) -> None:
+        x, weight, eps, weight_offset, _rounding = inputs
+        _y, rstd = output
+        ctx.mark_non_differentiable(rstd)
+        ctx.save_for_backward(x, weight, rstd)
+        ctx.norm_scalars = (eps, weight_offset)
 
-    def _rms_norm_backward(ctx, *grads):
-        raise NotImplementedError(
-            "ropenorm.rms_norm has no backward pass yet: use it where no gradient flows through "
-            "it (inference, torch.no_grad()), or torch.nn.functional.rms_norm for training "
-            "(ropenorm.nn.RMSNorm does that switch by itself)"
+    def _rms_norm_backward(ctx, grad_y, grad_rstd):
+        x, weight, rstd = ctx.saved_tensors
+        if grad_y is None:
+            return None, None, None, None, None
+        eps, weight_offset = ctx.norm_scalars
+        weight_grad = weight is not None and ctx.needs_input_grad[1]
+        dx, dweight = torch.ops.ropenorm.rms_norm_backward(
+            _last_dim_contiguous(grad_y), x, weight, rstd, eps, weight_offset, weight_grad
         )
-
-    def _add_rms_norm_backward(ctx, *grads):
-        raise NotImplementedError(
-            "ropenorm.add_rms_norm has no backward pass yet: use it where no gradient flows "
-            "through it (inference, torch.no_grad()), or the unfused residual add and "
-            "torch.nn.functional.rms_norm for training (ropenorm.nn.FusedAddRMSNorm does that "
-            "switch by itself)"
-        )
+        return dx, (dweight if weight_grad else None), None, None, None
 
     torch.library.register_autograd(
-        "ropenorm::rms_norm", _rms_norm_backward, setup_context=_no_setup
+        "ropenorm::rms_norm", _rms_norm_backward, setup_context=_rms_norm_setup
     )
+
+    def _add_rms_norm_setup(ctx, inputs, output) -> None:
+        x, _residual, weight, eps, weight_offset, _rounding = inputs
+        _y, s = output
+        # The backward reads the sum s (its r is recomputed from s inside the backward kernel:
+        # add_rms_norm's schema returns no rstd).
+        ctx.save_for_backward(s, weight)
+        ctx.norm_scalars = (eps, weight_offset)
+        ctx.x_dtype = x.dtype
+
+    def _add_rms_norm_backward(ctx, grad_y, grad_s):
+        s, weight = ctx.saved_tensors
+        if grad_y is None and grad_s is None:
+            return None, None, None, None, None, None
+        if grad_y is None:
+            # Only the residual output was used: s = x + residual passes its gradient through.
+            return grad_s.to(ctx.x_dtype), grad_s, None, None, None, None
+        eps, weight_offset = ctx.norm_scalars
+        weight_grad = weight is not None and ctx.needs_input_grad[2]
+        ds = _last_dim_contiguous(grad_s) if grad_s is not None else None
+        dx, dresidual, dweight = torch.ops.ropenorm.add_rms_norm_backward(
+            _last_dim_contiguous(grad_y), ds, s, weight, None, eps, weight_offset, weight_grad
+        )
+        return dx, dresidual, (dweight if weight_grad else None), None, None, None
+
     torch.library.register_autograd(
-        "ropenorm::add_rms_norm", _add_rms_norm_backward, setup_context=_no_setup
+        "ropenorm::add_rms_norm", _add_rms_norm_backward, setup_context=_add_rms_norm_setup
+    )
+
+    # ---- autograd: fused QK-norm + RoPE -----------------------------------------------------
+
+    # The schema's arguments after q, k, q_weight, k_weight, in order.
+    qk_arg_names = ("eps", "weight_offset") + tuple(n for n in rope_arg_names if n != "inverse")
+
+    def _qk_norm_rope_setup(ctx, inputs, output) -> None:
+        q, k, q_weight, k_weight = inputs[:4]
+        _q_out, _k_out, q_rstd, k_rstd = output
+        ctx.mark_non_differentiable(q_rstd, k_rstd)
+        named = dict(zip(qk_arg_names, inputs[4:]))
+        ctx.save_for_backward(q, k, q_weight, k_weight, q_rstd, k_rstd,
+                              *(named[n] for n in rope_tensor_args))
+        ctx.qk_scalars = {n: v for n, v in named.items() if n not in rope_tensor_args}
+
+    def _qk_norm_rope_backward(ctx, grad_q, grad_k, grad_q_rstd, grad_k_rstd):
+        q, k, q_weight, k_weight, q_rstd, k_rstd, *rope_tensors = ctx.saved_tensors
+        nones = (None,) * len(qk_arg_names)
+        if grad_q is None and grad_k is None:
+            return (None, None, None, None) + nones
+        # One fused pass computes both; an unused output's gradient is zero.
+        dq_out = _last_dim_contiguous(grad_q) if grad_q is not None else torch.zeros_like(q)
+        dk_out = _last_dim_contiguous(grad_k) if grad_k is not None else torch.zeros_like(k)
+        kwargs = dict(zip(rope_tensor_args, rope_tensors))
+        kwargs.update(ctx.qk_scalars)
+        kwargs["check_positions"] = False  # checked by the forward call
+        weight_grad = ctx.needs_input_grad[2] or ctx.needs_input_grad[3]
+        dq, dk, dq_weight, dk_weight = torch.ops.ropenorm.qk_norm_rope_backward(
+            dq_out, dk_out, q, k, q_weight, k_weight, q_rstd, k_rstd,
+            weight_grad=weight_grad, **kwargs
+        )
+        return (
+            dq,
+            dk,
+            dq_weight if ctx.needs_input_grad[2] else None,
+            dk_weight if ctx.needs_input_grad[3] else None,
+        ) + nones
+
+    torch.library.register_autograd(
+        "ropenorm::qk_norm_rope", _qk_norm_rope_backward, setup_context=_qk_norm_rope_setup
     )
 
 

@@ -23,6 +23,7 @@ __all__ = [
     "rope",
     "apply_rope",
     "apply_rotary_pos_emb",
+    "qk_norm_rope",
     "rope_inv_freq",
     "build_rope_cache",
     "rope_parameters_from_hf_config",
@@ -74,7 +75,8 @@ def rms_norm(
     Returns:
         y (x's shape and dtype, contiguous), or ``(y, rstd)``.
 
-    Gradients: not available yet (backward raises NotImplementedError).
+    Gradients: with respect to x and weight, through the ``rms_norm_backward`` kernel (the
+    exact formula whatever ``rounding``; rstd is not differentiable).
     """
     _ops.require("rms_norm")
     y, rstd = torch.ops.ropenorm.rms_norm(
@@ -104,6 +106,9 @@ def add_rms_norm(
         inplace: write ``s`` into ``residual`` (returned as the second value) instead of a new
             tensor. The in-place form has no autograd.
 
+    Gradients (out of place): with respect to x, residual and weight, through the
+    ``add_rms_norm_backward`` kernel; a gradient reaching s through the second output adds in.
+
     Returns:
         ``(y, s)``: y in x's dtype, s in residual's dtype.
     """
@@ -122,10 +127,10 @@ def add_rms_norm(
 # RoPE
 
 
-def _cos_sin_kind(q, positions, offset, seq_offsets, cos_sin_cache, cos, sin, inv_freq,
+def _cos_sin_kind(op, q, positions, offset, seq_offsets, cos_sin_cache, cos, sin, inv_freq,
                   cos_sin_kind) -> int:
     if cos_sin_kind is not None:
-        return _enum(cos_sin_kind, _COS_SIN_KIND, "cos_sin_kind", "rope")
+        return _enum(cos_sin_kind, _COS_SIN_KIND, "cos_sin_kind", op)
     given = [name for name, t in (("cos_sin_cache", cos_sin_cache), ("cos", cos), ("sin", sin),
                                   ("inv_freq", inv_freq)) if t is not None]
     if given == ["cos_sin_cache"]:
@@ -134,14 +139,42 @@ def _cos_sin_kind(q, positions, offset, seq_offsets, cos_sin_cache, cos, sin, in
         return 3
     if given == ["cos", "sin"]:
         # Hugging Face's position_embeddings are already gathered per token: [T, R] for a 3-D
-        # q, [B, S, R] for a 4-D q. A [P, R] table is indexed by position. (For a 3-D q without
-        # positions, a [T, R] table read at arange(T) is the same thing either way.)
+        # q, [B, S, R] (or [1, S, R], broadcast over B) for a 4-D q. A [P, R] table is indexed
+        # by position. (For a 3-D q without positions, a [T, R] table read at arange(T) is the
+        # same thing either way.)
+        lead, q_lead = tuple(cos.shape[:-1]), tuple(q.shape[:-2])
+        per_token = lead == q_lead or (q.dim() == 4 and lead == (1,) + q_lead[1:])
         gathered = (positions is None and seq_offsets is None and offset == 0
-                    and cos.dim() == q.dim() - 1 and tuple(cos.shape[:-1]) == tuple(q.shape[:-2]))
+                    and cos.dim() == q.dim() - 1 and per_token)
         return 2 if gathered else 1
     raise ValueError(
-        "ropenorm.rope: expected exactly one cos/sin source: cos_sin_cache, cos and sin together, "
-        f"or inv_freq; received {given if given else 'none'}"
+        f"ropenorm.{op}: expected exactly one cos/sin source: cos_sin_cache, cos and sin "
+        f"together, or inv_freq; received {given if given else 'none'}"
+    )
+
+
+def _rope_args(op, q, *, positions, cos_sin_cache, cos, sin, inv_freq, attention_scaling,
+               offset, seq_offsets, style, rotary_dim, check_positions, cos_sin_kind):
+    """The rope part of an operator's schema (everything but ``inverse``) from the friendly
+    arguments: the cos/sin source inferred from the tensors given, enums as integers."""
+    kind = _cos_sin_kind(op, q, positions, offset, seq_offsets, cos_sin_cache, cos, sin,
+                         inv_freq, cos_sin_kind)
+    if kind == 2 and cos is not None and q.dim() == 4 and cos.dim() == 3 and cos.shape[0] == 1:
+        cos = cos.expand(q.shape[0], -1, -1)
+        sin = sin.expand(q.shape[0], -1, -1) if sin is not None else None
+    return dict(
+        positions=positions,
+        cos_sin_kind=kind,
+        cos_sin_cache=cos_sin_cache,
+        cos=cos,
+        sin=sin,
+        inv_freq=inv_freq,
+        attention_scaling=float(attention_scaling),
+        offset=int(offset),
+        seq_offsets=seq_offsets,
+        style=_enum(style, _STYLE, "style", op),
+        rotary_dim=0 if rotary_dim is None else int(rotary_dim),
+        check_positions=bool(check_positions),
     )
 
 
@@ -191,26 +224,12 @@ def rope(
         q_out, or ``(q_out, k_out)`` when k is given (new contiguous tensors, or q and k
         themselves when ``inplace``).
     """
-    kind = _cos_sin_kind(q, positions, offset, seq_offsets, cos_sin_cache, cos, sin, inv_freq,
-                         cos_sin_kind)
-    if kind == 2 and cos is not None and q.dim() == 4 and cos.dim() == 3 and cos.shape[0] == 1:
-        cos = cos.expand(q.shape[0], -1, -1)
-        sin = sin.expand(q.shape[0], -1, -1) if sin is not None else None
-    args = dict(
-        positions=positions,
-        cos_sin_kind=kind,
-        cos_sin_cache=cos_sin_cache,
-        cos=cos,
-        sin=sin,
-        inv_freq=inv_freq,
-        attention_scaling=float(attention_scaling),
-        offset=int(offset),
-        seq_offsets=seq_offsets,
-        style=_enum(style, _STYLE, "style", "rope"),
-        rotary_dim=0 if rotary_dim is None else int(rotary_dim),
-        inverse=bool(inverse),
-        check_positions=bool(check_positions),
-    )
+    args = _rope_args("rope", q, positions=positions, cos_sin_cache=cos_sin_cache, cos=cos,
+                      sin=sin, inv_freq=inv_freq, attention_scaling=attention_scaling,
+                      offset=offset, seq_offsets=seq_offsets, style=style,
+                      rotary_dim=rotary_dim, check_positions=check_positions,
+                      cos_sin_kind=cos_sin_kind)
+    args["inverse"] = bool(inverse)
     if inplace:
         if k is None:
             _ops.require("rope_")
@@ -250,6 +269,75 @@ def apply_rotary_pos_emb(q, k, cos, sin, position_ids=None, unsqueeze_dim: int =
     if unsqueeze_dim == 1:
         q_out, k_out = q_out.transpose(1, 2), k_out.transpose(1, 2)
     return q_out, k_out
+
+
+# ------------------------------------------------------------------------------------------------
+# Fused QK-norm + RoPE
+
+
+def qk_norm_rope(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    q_weight: torch.Tensor,
+    k_weight: torch.Tensor,
+    eps: float = 1e-6,
+    *,
+    weight_offset: float = 0.0,
+    positions: Optional[torch.Tensor] = None,
+    cos_sin_cache: Optional[torch.Tensor] = None,
+    cos: Optional[torch.Tensor] = None,
+    sin: Optional[torch.Tensor] = None,
+    inv_freq: Optional[torch.Tensor] = None,
+    attention_scaling: float = 1.0,
+    offset: int = 0,
+    seq_offsets: Optional[torch.Tensor] = None,
+    style: Union[str, int] = "neox",
+    rotary_dim: Optional[int] = None,
+    check_positions: bool = False,
+    inplace: bool = False,
+    return_rstd: bool = False,
+    cos_sin_kind: Optional[Union[str, int]] = None,
+):
+    """Per-head RMSNorm of q and k followed by RoPE, in one pass (Qwen3, OLMo-2, Gemma-3):
+    ``q_out = rope(rms_norm(q_head) * (q_weight + weight_offset))``, likewise for k, the
+    normalised values kept in float32 between the two steps (one rounding per output element).
+
+    Args:
+        q: ``[T, Hq, D]`` or ``[B, S, Hq, D]`` float32/float16/bfloat16 CUDA tensor, last dim
+            contiguous, any other strides (views of a packed QKV buffer are read in place, with
+            no copy); D even, at most 512.
+        k: same leading dims, D and dtype as q, any number of heads (GQA).
+        q_weight, k_weight: ``[D]`` each, float32/float16/bfloat16 (independent of q's dtype).
+        eps: finite, in [1e-12, 1e-2].
+        weight_offset: 0 for Qwen3 / OLMo-2, 1 for Gemma's ``(1 + w)``.
+        positions, cos_sin_cache, cos, sin, inv_freq, attention_scaling, offset, seq_offsets,
+        style, rotary_dim, check_positions, cos_sin_kind: the rotation, as for :func:`rope`
+            (the same cos/sin inference).
+        inplace: write the results into q and k (and return them); no autograd.
+        return_rstd: also return the per-head ``rstd`` of q and of k (float32,
+            ``q.shape[:-1]`` / ``k.shape[:-1]``).
+
+    Returns:
+        ``(q_out, k_out)``, or ``(q_out, k_out, q_rstd, k_rstd)`` with ``return_rstd``.
+
+    Gradients (out of place): with respect to q, k, q_weight and k_weight, through the fused
+    ``qk_norm_rope_backward`` kernel; none to positions or the cos/sin source.
+    """
+    op = "qk_norm_rope_" if inplace else "qk_norm_rope"
+    _ops.require(op)
+    args = _rope_args(op, q, positions=positions, cos_sin_cache=cos_sin_cache, cos=cos, sin=sin,
+                      inv_freq=inv_freq, attention_scaling=attention_scaling, offset=offset,
+                      seq_offsets=seq_offsets, style=style, rotary_dim=rotary_dim,
+                      check_positions=check_positions, cos_sin_kind=cos_sin_kind)
+    if inplace:
+        q_rstd, k_rstd = torch.ops.ropenorm.qk_norm_rope_(q, k, q_weight, k_weight, float(eps),
+                                                          float(weight_offset), **args)
+        q_out, k_out = q, k
+    else:
+        q_out, k_out, q_rstd, k_rstd = torch.ops.ropenorm.qk_norm_rope(
+            q, k, q_weight, k_weight, float(eps), float(weight_offset), **args
+        )
+    return (q_out, k_out, q_rstd, k_rstd) if return_rstd else (q_out, k_out)
 
 
 # ------------------------------------------------------------------------------------------------

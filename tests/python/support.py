@@ -39,9 +39,19 @@ TOL = {
     ("rope", "exact", torch.bfloat16): 1.0,
     ("rope", "exact", torch.float16): 1.0,
     ("rope", "exact", torch.float32): 3.0,
+    ("qk_norm_rope", "exact", torch.bfloat16): 2.0,
+    ("qk_norm_rope", "exact", torch.float16): 2.0,
+    ("qk_norm_rope", "exact", torch.float32): 64.0,
+    ("qk_norm_rope_rstd", "exact", torch.float32): 64.0,
 }
 #: Added for the in-kernel cos/sin source: fp32 ulps of |pair| * |scaling|.
 ROPE_INV_FREQ_TERM_F32_ULPS = 8.0
+#: Added for qk_norm_rope's rotated channels: fp32 ulps of the normalised pair's norm (the
+#: norm's fp32 rounding under cancellation in a*c - b*s; the table's pair_term).
+QK_PAIR_TERM_F32_ULPS = 16.0
+#: Gradients of the float32 kernels against float64 autograd: allowed error in fp32 ulps of the
+#: magnitude of the terms each gradient sums (see grad_allowance in the autograd tests).
+GRAD_F32_ULPS = 64.0
 
 
 def round_to(ref: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -138,3 +148,21 @@ def rope_ref(x, c, s, style, rotary_dim, inverse=False):
     out[..., ia] = a * c - b * s
     out[..., ib] = a * s + b * c
     return out
+
+
+def qk_norm_rope_ref(x, weight, eps, weight_offset, c, s, style, rotary_dim):
+    """Per-head RMSNorm over the last dim then RoPE, float64: (out, rstd, normalised, allow).
+
+    ``allow`` is the pair-term allowance of the rotated channels (QK_PAIR_TERM_F32_ULPS fp32
+    ulps of the normalised pair's norm), 0 on the pass-through channels.
+    """
+    n, rstd = rms_norm_ref(x, weight, eps, weight_offset)
+    out = rope_ref(n, c, s, style, rotary_dim)
+    ia, ib = rope_pairs(rotary_dim, style)
+    ia, ib = ia.to(x.device), ib.to(x.device)
+    norm = torch.sqrt(n[..., ia] ** 2 + n[..., ib] ** 2)
+    pair_allow = QK_PAIR_TERM_F32_ULPS * ulp(norm.float(), torch.float32)
+    allow = torch.zeros_like(n)
+    allow[..., ia] = pair_allow
+    allow[..., ib] = pair_allow
+    return out, rstd, n, allow

@@ -334,13 +334,6 @@ def test_rope_backward_is_exact_adjoint():
     assert_ulps(q.grad, rope_ref(g, c, s, "neox", 64, inverse=True), 3.0, "dq")
 
 
-def test_rms_norm_backward_raises_not_implemented():
-    x = randn(4, 64).requires_grad_()
-    y = ropenorm.rms_norm(x, None)
-    with pytest.raises(NotImplementedError, match="no backward"):
-        y.sum().backward()
-
-
 # ------------------------------------------------------------------------------------------------
 # nn modules
 
@@ -363,7 +356,8 @@ def test_rms_norm_module_is_a_drop_in_for_torch_nn_rmsnorm():
     r2 = torch.nn.RMSNorm((4, 64), elementwise_affine=False, dtype=torch.bfloat16, device=DEV)
     x2 = randn(7, 4, 64, dtype=torch.bfloat16)
     torch.testing.assert_close(m2(x2), r2(x2), rtol=1.6e-2, atol=1e-2)
-    # Training (a gradient is needed) takes torch's path and gets gradients.
+    # Training (a gradient is needed) runs the kernels and gets gradients
+    # (tests/python/test_autograd_cuda.py checks their values).
     x.requires_grad_()
     mod(x).sum().backward()
     assert x.grad is not None and mod.weight.grad is not None
@@ -395,6 +389,11 @@ def test_errors_are_value_and_type_errors_naming_the_argument():
         ropenorm.rms_norm(x, None, 1.0)
     with pytest.raises(TypeError, match="'x'"):
         ropenorm.rms_norm(x.double(), None)
+    with pytest.raises(TypeError, match="'x'"):
+        ropenorm.add_rms_norm(x.double(), randn(4, 64, dtype=torch.bfloat16))
+    with pytest.raises(TypeError, match="'q'"):
+        ropenorm.rope(randn(4, 2, 64).double(), randn(4, 1, 64).double(),
+                      cos_sin_cache=_cache(8, 64))
     with pytest.raises(ValueError, match="'x'.*CUDA"):
         ropenorm.rms_norm(x.cpu(), None)
     with pytest.raises(ValueError, match="'residual'"):
