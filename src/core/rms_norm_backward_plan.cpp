@@ -37,15 +37,13 @@ RmsNormBwdPlan two_pass(int vec) {
 
 int64_t round_up(int64_t a, int64_t b) { return (a + b - 1) / b * b; }
 
-// Scratch, weight factors, shared-memory partials (varying phase only) and ring of one block.
-int64_t smem_bytes(const RmsNormBwdPlan& p, int64_t n, int ring_elem_bytes, bool has_weight) {
-  const int64_t table = bwd_table_lanes(n, p.vec) * p.vec * 4;
+// Scratch, the weight slots (or, for rows of varying phase, the partials tables, never larger:
+// vpt * threads >= lanes) and the ring of one block. Both kinds of rows are charged the same, so
+// the path and the thread layout (and so dx) never depend on the rows' phases.
+int64_t smem_bytes(const RmsNormBwdPlan& p, int ring_elem_bytes, bool has_weight) {
   const int64_t ring = static_cast<int64_t>(p.stages) * p.vpt * p.threads * p.vec * ring_elem_bytes;
-  // Weight factors: every thread's own slots (uniform phase) or the table; the partials tables
-  // only serve rows of varying phase.
-  const int64_t own = static_cast<int64_t>(p.rows_per_block) * p.vpt * p.threads * p.vec * 4;
-  return 32 * 4 + (has_weight ? (p.smem_acc ? table : own) : 0) +
-         (p.smem_acc ? p.rows_per_block * table : 0) + p.rows_per_block * ring;
+  const int64_t own = static_cast<int64_t>(p.vpt) * p.threads * p.vec * 4;
+  return 32 * 4 + p.rows_per_block * ((has_weight ? own : 0) + ring);
 }
 
 }  // namespace
@@ -60,10 +58,12 @@ BwdKernels bwd_kernels_for(DType x_dtype, DType dy_dtype) {
 RmsNormBwdPlan plan_rms_norm_backward(int64_t n, int vec, bool uniform_phase, BwdKernels kernels,
                                       int ring_elem_bytes, bool has_weight) {
   if (vec == kScalarWidth || n <= 0 || !kernels.ring) return two_pass(vec);
-  if (!uniform_phase && !kernels.smem_acc) return two_pass(vec);
+  // Without a weight there is no dw: register partials (unused) serve every phase.
+  const bool smem_acc = !uniform_phase && has_weight;
+  if (smem_acc && !kernels.smem_acc) return two_pass(vec);
   RmsNormBwdPlan p;
   p.vec = vec;
-  p.smem_acc = !uniform_phase;
+  p.smem_acc = smem_acc;
   const int64_t lanes = bwd_table_lanes(n, vec);
   if (lanes <= kWarpMaxVectors) {
     p.path = RmsNormBwdPath::kWarpPerRow;
@@ -72,7 +72,7 @@ RmsNormBwdPlan plan_rms_norm_backward(int64_t n, int vec, bool uniform_phase, Bw
     p.stages = 4;
     for (int r : {8, 4, 2, 1}) {
       p.rows_per_block = r;
-      p.smem_bytes = smem_bytes(p, n, ring_elem_bytes, has_weight);
+      p.smem_bytes = smem_bytes(p, ring_elem_bytes, has_weight);
       if (p.smem_bytes <= kBwdSmemBudget) return p;
     }
     return two_pass(vec);
@@ -89,7 +89,7 @@ RmsNormBwdPlan plan_rms_norm_backward(int64_t n, int vec, bool uniform_phase, Bw
   for (int64_t budget : {kBwdSmemBudget, kBwdSmemBudgetWide}) {
     for (int stages : {4, 2}) {
       p.stages = stages;
-      p.smem_bytes = smem_bytes(p, n, ring_elem_bytes, has_weight);
+      p.smem_bytes = smem_bytes(p, ring_elem_bytes, has_weight);
       if (p.smem_bytes <= budget) return p;
     }
   }

@@ -22,10 +22,10 @@
 //    updates of consecutive rows). At the end the block writes one partial row,
 //    partials[blockIdx.x, :]; on the warp path its R warps' partials are first added in warp
 //    order through shared memory. Rows are summed in the fixed order the block visits them.
-//  - Weight factors (w + o), fp32, staged once per block in shared memory: with a uniform phase
-//    each thread writes its own columns' factors to its own slots (and reads only those);
-//    otherwise the block fills a shared table (slot (c % V) * lanes + c / V: conflict-free for
-//    any phase).
+//  - Weight factors (w + o), fp32: with a uniform phase each thread writes its own columns'
+//    factors once to its own shared slots (and reads only those); otherwise (kSmemAcc) they are
+//    read per row from global memory (the weight stays in L1). The partials tables use slot
+//    (c % V) * lanes + c / V: conflict-free for any phase.
 //  - two-pass kernel (rows too wide for the ring, or scalar access): the block owns rows
 //    blockIdx.x, blockIdx.x + gridDim.x, ...; thread t loops over vectors t, t + T, ...; pass one
 //    sums g * x (and x^2), pass two re-reads its own elements, writes dx and adds dy * xh into
@@ -154,23 +154,24 @@ __device__ __forceinline__ int bwd_own_chunk(int k, int c, int chunks, int tid, 
   return (k * chunks + c) * nthreads + tid;
 }
 
-/// Weight factors of a thread's vector k (vector j = tid + k * nthreads of the row): from its own
-/// shared slots (uniform phase; V / 4 float4 chunks per vector, consecutive threads in
-/// consecutive chunks), from the shared table (kSmemAcc), or 1 without a weight.
+/// Weight factors (w + o) of a thread's vector k, columns col .. col + V - 1 of the row: from its
+/// own shared slots `own` (uniform phase; V / 4 float4 chunks per vector, consecutive threads in
+/// consecutive chunks), from global memory (kSmemAcc: the columns move with the row's phase; the
+/// weight stays in L1), or 1 without a weight.
 template <int V, bool kSmemAcc>
-__device__ __forceinline__ void bwd_weights(const float* w, int k, int j, int tid, int nthreads,
-                                            const int (&sbase)[V], float (&f)[V]) {
-  if (w == nullptr) {
+__device__ __forceinline__ void bwd_weights(const RmsNormBwdKernelArgs& a, const float* own, int k,
+                                            int64_t col, int tid, int nthreads, float (&f)[V]) {
+  if (a.weight == nullptr) {
 #pragma unroll
     for (int i = 0; i < V; ++i) f[i] = 1.0f;
   } else if constexpr (kSmemAcc) {
 #pragma unroll
-    for (int i = 0; i < V; ++i) f[i] = w[sbase[i] + j];
+    for (int i = 0; i < V; ++i) f[i] = load_dyn(a.weight, a.w_dtype, col + i) + a.w_offset;
   } else {
 #pragma unroll
     for (int c = 0; c < V / 4; ++c) {
       const float4 q =
-          reinterpret_cast<const float4*>(w)[bwd_own_chunk(k, c, V / 4, tid, nthreads)];
+          reinterpret_cast<const float4*>(own)[bwd_own_chunk(k, c, V / 4, tid, nthreads)];
       f[4 * c] = q.x;
       f[4 * c + 1] = q.y;
       f[4 * c + 2] = q.z;
@@ -181,12 +182,12 @@ __device__ __forceinline__ void bwd_weights(const float* w, int k, int j, int ti
 
 /// Reads one row's share back from stage s (twice), writes dx (and dresidual) and adds the
 /// row's dy * xh to the thread's partials (registers acc / acc_e, or the shared table acc_tab).
-/// Weight factors: w (the thread's own slots, uniform phase, or the shared table, kSmemAcc;
-/// nullptr: no weight); the edge element's factor in wf_e (uniform phase).
+/// Weight factors: the thread's own slots `own` and its edge column's factor wf_e (uniform phase),
+/// else read from global memory.
 template <typename Tin, typename Tdy, int V, int VPT, int S, bool kWarp, bool kSmemAcc>
 __device__ __forceinline__ void bwd_consume_row(const RmsNormBwdKernelArgs& a, int64_t row, int s,
                                                 const BwdRing<Tin, Tdy, V, VPT, S>& ring,
-                                                const float* w, float wf_e, float* acc_tab,
+                                                const float* own, float wf_e, float* acc_tab,
                                                 float* scratch, const BwdEdge<Tin, Tdy>& e,
                                                 float (&acc)[VPT][V], float& acc_e) {
   const int tid = ring.tid, nthreads = ring.nthreads;
@@ -196,7 +197,7 @@ __device__ __forceinline__ void bwd_consume_row(const RmsNormBwdKernelArgs& a, i
   const bool has_edge = tid < edges;
   const int64_t e_col = has_edge ? edge_col(tid, p, nbody, V) : 0;
   const bool recompute = a.rstd == nullptr;
-  // Table slot of column p + j * V + i is sbase[i] + j.
+  // Partials table slot of column p + j * V + i is sbase[i] + j.
   const int lanes = static_cast<int>(a.lanes);
   int sbase[V] = {};
   if constexpr (kSmemAcc) {
@@ -213,7 +214,7 @@ __device__ __forceinline__ void bwd_consume_row(const RmsNormBwdKernelArgs& a, i
       float dyv[V], xv[V], f[V];
       load_pack<Tdy, V>(reinterpret_cast<const Tdy*>(ring.dy_slot(s, k)), dyv);
       load_pack<Tin, V>(reinterpret_cast<const Tin*>(ring.x_slot(s, k)), xv);
-      bwd_weights<V, kSmemAcc>(w, k, j, tid, nthreads, sbase, f);
+      bwd_weights<V, kSmemAcc>(a, own, k, p + static_cast<int64_t>(j) * V, tid, nthreads, f);
 #pragma unroll
       for (int i = 0; i < V; ++i) {
         sum_gx += rms_bwd_g(dyv[i], f[i]) * xv[i];
@@ -225,7 +226,7 @@ __device__ __forceinline__ void bwd_consume_row(const RmsNormBwdKernelArgs& a, i
   if (has_edge) {
     e_dy = storage_to_float<Tdy>(e.dy);
     e_x = storage_to_float<Tin>(e.x);
-    if (kSmemAcc && w != nullptr) e_wf = w[bwd_slot<V>(static_cast<int>(e_col), lanes)];
+    if (kSmemAcc && a.weight != nullptr) e_wf = load_dyn(a.weight, a.w_dtype, e_col) + a.w_offset;
     sum_gx += rms_bwd_g(e_dy, e_wf) * e_x;
     if (recompute) sum_sq += e_x * e_x;
   }
@@ -244,7 +245,7 @@ __device__ __forceinline__ void bwd_consume_row(const RmsNormBwdKernelArgs& a, i
       float dyv[V], xv[V], f[V], out[V];
       load_pack<Tdy, V>(reinterpret_cast<const Tdy*>(ring.dy_slot(s, k)), dyv);
       load_pack<Tin, V>(reinterpret_cast<const Tin*>(ring.x_slot(s, k)), xv);
-      bwd_weights<V, kSmemAcc>(w, k, j, tid, nthreads, sbase, f);
+      bwd_weights<V, kSmemAcc>(a, own, k, p + static_cast<int64_t>(j) * V, tid, nthreads, f);
 #pragma unroll
       for (int i = 0; i < V; ++i) {
         const float xh = xv[i] * r;
@@ -312,9 +313,8 @@ __device__ __forceinline__ void bwd_store_partials(float* dst, bool table, int l
 /// Ring kernel, persistent, S-stage pipelined: warp per row (kWarp) or block per row; up to two
 /// vectors per thread it is held to 64 registers (two 512-thread blocks per SM). Dynamic
 /// shared memory: 32 floats of scratch; with a weight, every thread's own weight slots (VPT * V
-/// floats each), or for kSmemAcc the weight table (lanes * V floats); kSmemAcc: one partials
-/// table per warp (warp path) or one for the block; then per warp (or for the block) the ring's
-/// dy, x and ds regions.
+/// floats each) or, for kSmemAcc, one partials table (lanes * V floats) per warp (warp path) or
+/// for the block; then per warp (or for the block) the ring's dy, x and ds regions.
 template <typename Tin, typename Tdy, int V, int VPT, int S, bool kWarp, bool kSmemAcc>
 __global__ void __launch_bounds__(core::kBwdMaxThreads, VPT <= 2 ? 2 : 1)
     rms_norm_bwd_rows_kernel(const RmsNormBwdKernelArgs a) {
@@ -327,11 +327,10 @@ __global__ void __launch_bounds__(core::kBwdMaxThreads, VPT <= 2 ? 2 : 1)
   const int slices = kWarp ? blockDim.y : 1;
   const int slice = kWarp ? threadIdx.y : 0;
   const bool has_w = a.weight != nullptr;
-  // Weight factors: the shared table (kSmemAcc) or every thread's own slots.
+  // Uniform phase: every thread's own weight slots; kSmemAcc: the partials tables.
   const int own = VPT * nthreads * V;
-  float* w_tab = kSmemAcc && has_w ? scratch + 32 : nullptr;
   float* w_own = !kSmemAcc && has_w ? scratch + 32 + slice * own : nullptr;
-  float* acc_base = scratch + 32 + (kSmemAcc ? (has_w ? table : 0) : (has_w ? slices * own : 0));
+  float* acc_base = scratch + 32 + (!kSmemAcc && has_w ? slices * own : 0);
   float* acc_tab = kSmemAcc ? acc_base + slice * table : nullptr;
   unsigned char* ring_base =
       reinterpret_cast<unsigned char*>(acc_base + (kSmemAcc ? slices * table : 0));
@@ -370,7 +369,7 @@ __global__ void __launch_bounds__(core::kBwdMaxThreads, VPT <= 2 ? 2 : 1)
   }
   // Weight factors. Uniform phase: a thread's columns are those of the block's first row in
   // every row; it writes their factors to its own slots (read back only by itself: no barrier)
-  // and keeps its edge column's in a register. Otherwise the block stages the shared table.
+  // and keeps its edge column's in a register.
   float wf_e = 1.0f;
   if constexpr (!kSmemAcc) {
     if (has_w) {
@@ -397,10 +396,6 @@ __global__ void __launch_bounds__(core::kBwdMaxThreads, VPT <= 2 ? 2 : 1)
         wf_e = load_dyn(a.weight, a.w_dtype, edge_col(ring.tid, p, nbody, V)) + a.w_offset;
       }
     }
-  } else if (w_tab != nullptr) {
-    for (int c = flat; c < a.n; c += block_threads) {
-      w_tab[bwd_slot<V>(c, lanes)] = load_dyn(a.weight, a.w_dtype, c) + a.w_offset;
-    }
   }
   if constexpr (kSmemAcc) {
     for (int i = flat; i < slices * table; i += block_threads) acc_base[i] = 0.0f;
@@ -420,8 +415,8 @@ __global__ void __launch_bounds__(core::kBwdMaxThreads, VPT <= 2 ? 2 : 1)
     }
     cp_async_commit();
     cp_async_wait<S - 1>();
-    bwd_consume_row<Tin, Tdy, V, VPT, S, kWarp, kSmemAcc>(
-        a, row, s, ring, kSmemAcc ? w_tab : w_own, wf_e, acc_tab, scratch, edge[0], acc, acc_e);
+    bwd_consume_row<Tin, Tdy, V, VPT, S, kWarp, kSmemAcc>(a, row, s, ring, w_own, wf_e, acc_tab,
+                                                          scratch, edge[0], acc, acc_e);
 #pragma unroll
     for (int q = 0; q + 1 < S; ++q) edge[q] = edge[q + 1];
     row += step;
