@@ -89,7 +89,7 @@ Status check_device(const char* op, const char* arg, const TensorRef& t, int dev
   if (t.device.type != DeviceType::kCUDA || t.device.index != device) {
     return invalid_arg(op, arg,
                        "a tensor on cuda:" + std::to_string(device) + " (the current device)",
-                       device_name(t.device), StatusCode::kDeviceError);
+                       device_name(t.device));
   }
   return Status::Ok();
 }
