@@ -1,6 +1,8 @@
 """Autograd through the ropenorm operators: gradients of the float32 kernels against float64
-torch autograd of the eager formulas on the same inputs, torch.autograd.gradcheck, torch.compile
-of forward + backward (fullgraph, dynamic, no recompilation) and the nn modules in training.
+torch autograd of the eager formulas on the same inputs (with the backward entries of the C++
+suite's tolerance table: an allowance in fp32 ulps of the magnitude of the terms each gradient
+is formed from, then 1 or 2 ulps), torch.autograd.gradcheck, torch.compile of forward + backward
+(fullgraph, dynamic, no recompilation) and the nn modules in training.
 
 The kernels take float32, float16 and bfloat16 only (a float64 tensor is a TypeError), so
 gradcheck runs in float32 on tiny shapes, with a finite-difference step and tolerances sized for
@@ -10,7 +12,9 @@ float32 evaluation (eps=1e-3, atol=rtol=5e-3); the accuracy claim is the float64
 import pytest
 
 from support import (
-    GRAD_F32_ULPS,
+    GRAD_TOL,
+    TOL,
+    assert_ulps,
     requires_cuda,
     rms_norm_ref,
     rope_pairs,
@@ -24,7 +28,6 @@ import ropenorm
 pytestmark = requires_cuda
 
 DEV = "cuda"
-F32_EPS = 2.0 ** -23
 
 
 def randn(*shape, dtype=torch.float32, scale=1.0):
@@ -46,31 +49,73 @@ def leaf64(t):
     return t.detach().double().requires_grad_()
 
 
-def assert_grad(got, ref, scale, what, ulps=GRAD_F32_ULPS):
-    """|got - ref| <= ulps fp32 ulps of `scale` (the magnitude of the terms the gradient is
-    formed from, float64, per element) plus one rounding of ref to got's dtype."""
+DX_TOL = GRAD_TOL[("rms_norm_backward", "dx")]
+DW_TOL = GRAD_TOL[("rms_norm_backward", "dw")]
+DQ_TOL = GRAD_TOL[("qk_norm_rope_backward", "dq")]
+DWQ_TOL = GRAD_TOL[("qk_norm_rope_backward", "dw")]
+
+
+def f32_ulps_of(scale, ulps):
+    """An absolute allowance: `ulps` fp32 ulps of the (float64) magnitudes `scale`."""
+    return ulps * ulp(scale.float(), torch.float32)
+
+
+def assert_grad(got, ref, allow, max_ulp, what):
     assert got is not None, f"{what}: no gradient"
     assert got.shape == ref.shape and got.dtype == torch.float32, what
-    allow = ulps * F32_EPS * scale.double() + ulp(ref.float(), torch.float32)
-    err = (got.double() - ref.double()).abs() - allow
-    worst = float(err.max()) if err.numel() else 0.0
-    if worst > 0:
-        i = int(err.flatten().argmax())
-        raise AssertionError(
-            f"{what}: element {i}: got {float(got.flatten()[i])!r}, reference "
-            f"{float(ref.flatten()[i])!r}, allowed {float(allow.flatten()[i]):.3g}")
+    assert_ulps(got, ref, max_ulp, what, allow=allow)
 
 
-def norm_grad_scales(x64, w64, offset, dy64):
-    """Magnitudes for RMSNorm's backward: dx from r * (|g| + |xh| * mean|g * xh|), dw from
-    sum over rows of |dy * xh|."""
+def pair_norms(t64, style, rotary_dim):
+    """|t| per element, with each rotated pair's channels replaced by the pair's norm."""
+    ia, ib = rope_pairs(rotary_dim, style)
+    ia, ib = ia.to(t64.device), ib.to(t64.device)
+    out = t64.abs().clone()
+    pair = torch.sqrt(t64[..., ia] ** 2 + t64[..., ib] ** 2)
+    out[..., ia] = pair
+    out[..., ib] = pair
+    return out
+
+
+def norm_grad_allowances(x64, w64, offset, dy64, ds64=None):
+    """The C++ table's allowances for rms_norm_backward: dx: dx_scale_term fp32 ulps of
+    S = r * (|g| + |xh| * (|c| + mean|g * xh|)) (+ |ds| for the fused add), c = mean(g * xh);
+    dw: dw_scale_term + dw_per_sqrt_rows * sqrt(M) fp32 ulps of max|dw|."""
     with torch.no_grad():
         r = torch.rsqrt(x64.pow(2).mean(-1, keepdim=True) + 1e-6)
         xh = x64 * r
         g = dy64 * (w64 + offset) if w64 is not None else dy64
-        dx_scale = r * (g.abs() + xh.abs() * (g * xh).abs().mean(-1, keepdim=True))
-        dw_scale = (dy64 * xh).abs().reshape(-1, x64.shape[-1]).sum(0)
-    return dx_scale, dw_scale
+        c = (g * xh).mean(-1, keepdim=True)
+        scale = r * (g.abs() + xh.abs() * (c.abs() + (g * xh).abs().mean(-1, keepdim=True)))
+        if ds64 is not None:
+            scale = scale + ds64.abs()
+        dx_allow = f32_ulps_of(scale, GRAD_TOL[("rms_norm_backward", "dx_scale_term")])
+        dw = (dy64 * xh).reshape(-1, x64.shape[-1]).sum(0)
+        rows = dy64.numel() // x64.shape[-1]
+        dw_ulps = (GRAD_TOL[("rms_norm_backward", "dw_scale_term")]
+                   + GRAD_TOL[("rms_norm_backward", "dw_per_sqrt_rows")] * rows ** 0.5)
+        dw_allow = f32_ulps_of(dw.abs().max().expand_as(dw), dw_ulps)
+    return dx_allow, dw_allow
+
+
+def qk_grad_allowances(x64, w64, offset, dout64, dw_ref, style, rotary_dim):
+    """The C++ table's allowances for qk_norm_rope_backward: dx: dx_term fp32 ulps of
+    S_j = r * (P_j |w_j + o| + |xh_j| M), P_j the norm of the gradient pair holding j and
+    M = sum_i P_i |w_i + o| |xh_i| / D; dw: dw_term + dw_sum_term * sqrt(head vectors) fp32 ulps
+    of max|dw|."""
+    with torch.no_grad():
+        p = pair_norms(dout64, style, rotary_dim)
+        r = torch.rsqrt(x64.pow(2).mean(-1, keepdim=True) + 1e-6)
+        xh = x64 * r
+        wo = (w64 + offset).abs()
+        m = (p * wo * xh.abs()).mean(-1, keepdim=True)
+        scale = r * (p * wo + xh.abs() * m)
+        dx_allow = f32_ulps_of(scale, GRAD_TOL[("qk_norm_rope_backward", "dx_term")])
+        vectors = x64.numel() // x64.shape[-1]
+        dw_ulps = (GRAD_TOL[("qk_norm_rope_backward", "dw_term")]
+                   + GRAD_TOL[("qk_norm_rope_backward", "dw_sum_term")] * vectors ** 0.5)
+        dw_allow = f32_ulps_of(dw_ref.abs().max().expand_as(dw_ref), dw_ulps)
+    return dx_allow, dw_allow
 
 
 # ------------------------------------------------------------------------------------------------
@@ -85,15 +130,15 @@ def test_rms_norm_gradients_match_float64(width, offset):
     ropenorm.rms_norm(x, w, 1e-6, weight_offset=offset).backward(dy)
     x64, w64 = leaf64(x), leaf64(w)
     rms_norm_ref(x64, w64, 1e-6, offset)[0].backward(dy.double())
-    dx_scale, dw_scale = norm_grad_scales(x64, w64, offset, dy.double())
-    assert_grad(x.grad, x64.grad, dx_scale, "rms_norm dx")
-    assert_grad(w.grad, w64.grad, dw_scale, "rms_norm dw")
+    dx_allow, dw_allow = norm_grad_allowances(x64, w64, offset, dy.double())
+    assert_grad(x.grad, x64.grad, dx_allow, DX_TOL, "rms_norm dx")
+    assert_grad(w.grad, w64.grad, dw_allow, DW_TOL, "rms_norm dw")
     # Without a weight, and with the weight frozen (no dw computed).
     x.grad = None
     ropenorm.rms_norm(x, None, 1e-6).backward(dy)
     x64 = leaf64(x)
     rms_norm_ref(x64, None, 1e-6)[0].backward(dy.double())
-    assert_grad(x.grad, x64.grad, norm_grad_scales(x64, None, 0.0, dy.double())[0],
+    assert_grad(x.grad, x64.grad, norm_grad_allowances(x64, None, 0.0, dy.double())[0], DX_TOL,
                 "rms_norm dx (no weight)")
     x.grad = None
     w_frozen = w.detach()
@@ -117,10 +162,9 @@ def test_add_rms_norm_gradients_match_float64(x_dtype):
     w64 = leaf64(w)
     rms_norm_ref(s64, w64, 1e-6)[0].backward(dy.double())
     gs = s64.grad + ds.double()
-    dx_scale, dw_scale = norm_grad_scales(s64.detach(), w64, 0.0, dy.double())
-    dx_scale = dx_scale + ds.double().abs()
-    assert_grad(residual.grad, gs, dx_scale, "add_rms_norm dresidual")
-    assert_grad(w.grad, w64.grad, dw_scale, "add_rms_norm dw")
+    dx_allow, dw_allow = norm_grad_allowances(s64.detach(), w64, 0.0, dy.double(), ds.double())
+    assert_grad(residual.grad, gs, dx_allow, DX_TOL, "add_rms_norm dresidual")
+    assert_grad(w.grad, w64.grad, dw_allow, DW_TOL, "add_rms_norm dw")
     # dx and dresidual are each one rounding of the same fp32 gradient.
     assert x.grad.dtype == x_dtype
     assert torch.equal(x.grad, residual.grad.to(x_dtype))
@@ -132,24 +176,6 @@ def _qk_reference(q64, k64, wq64, wk64, eps, offset, c, s, style, R):
         return rope_ref(n, c, s, style, R)
 
     return one(q64, wq64), one(k64, wk64)
-
-
-def _qk_scales(x64, w64, offset, dout64, c, s, style, R):
-    """dx: r * (|g| + |xh| * mean|g * xh|) with g = |rope^T(dout)| * |w + o| bounded by the
-    pair's magnitude; dw: sum over tokens and heads of |g_n * xh|."""
-    with torch.no_grad():
-        ia, ib = rope_pairs(R, style)
-        ia, ib = ia.to(DEV), ib.to(DEV)
-        gn = dout64.abs().clone()
-        pair = torch.sqrt(dout64[..., ia] ** 2 + dout64[..., ib] ** 2)
-        gn[..., ia] = pair
-        gn[..., ib] = pair
-        r = torch.rsqrt(x64.pow(2).mean(-1, keepdim=True) + 1e-6)
-        xh = x64 * r
-        g = gn * (w64 + offset).abs()
-        dx_scale = r * (g + xh.abs() * (g * xh.abs()).mean(-1, keepdim=True))
-        dw_scale = (gn * xh.abs()).reshape(-1, x64.shape[-1]).sum(0)
-    return dx_scale, dw_scale
 
 
 @pytest.mark.parametrize("style", ["neox", "gptj"])
@@ -181,10 +207,10 @@ def test_qk_norm_rope_gradients_match_float64(style, head_dim, rot_frac, hq, hk)
         ("q", dq, q64.grad, q64, wq64, dq_out, wq.grad, wq64.grad),
         ("k", dk, k64.grad, k64, wk64, dk_out, wk.grad, wk64.grad),
     ):
-        dx_scale, dw_scale = _qk_scales(x64.detach(), w64.detach(), 0.0, dout.double(), c, s,
-                                        style, R)
-        assert_grad(got, ref, dx_scale, f"qk_norm_rope d{name}")
-        assert_grad(wgot, wref, dw_scale, f"qk_norm_rope d{name}_weight")
+        dx_allow, dw_allow = qk_grad_allowances(x64.detach(), w64.detach(), 0.0, dout.double(),
+                                                wref, style, R)
+        assert_grad(got, ref, dx_allow, DQ_TOL, f"qk_norm_rope d{name}")
+        assert_grad(wgot, wref, dw_allow, DWQ_TOL, f"qk_norm_rope d{name}_weight")
 
 
 def test_qk_norm_rope_gradients_gemma_hf_cos_sin_and_one_output_used():
@@ -204,10 +230,10 @@ def test_qk_norm_rope_gradients_gemma_hf_cos_sin_and_one_output_used():
     q64, k64, wq64, wk64 = (leaf64(t) for t in (q, k, wq, wk))
     q_ref, _ = _qk_reference(q64, k64, wq64, wk64, 1e-6, 1.0, c, s, "neox", D)
     q_ref.backward(dq_out.double())
-    dx_scale, dw_scale = _qk_scales(q64.detach(), wq64.detach(), 1.0, dq_out.double(), c, s,
-                                    "neox", D)
-    assert_grad(q.grad, q64.grad, dx_scale, "dq")
-    assert_grad(wq.grad, wq64.grad, dw_scale, "dq_weight")
+    dx_allow, dw_allow = qk_grad_allowances(q64.detach(), wq64.detach(), 1.0, dq_out.double(),
+                                            wq64.grad, "neox", D)
+    assert_grad(q.grad, q64.grad, dx_allow, DQ_TOL, "dq")
+    assert_grad(wq.grad, wq64.grad, dw_allow, DWQ_TOL, "dq_weight")
     for t in (k, wk):
         assert t.grad is None or not t.grad.any()
 
@@ -227,15 +253,10 @@ def test_rope_gradients_match_float64(style):
     q64, k64 = leaf64(q), leaf64(k)
     torch.autograd.backward([rope_ref(q64, c, s, style, R), rope_ref(k64, c, s, style, R)],
                             [dq_out.double(), dk_out.double()])
-    # A rotation's backward is the inverse rotation: 3 fp32 ulps of each pair, as rope's table.
-    for name, got, ref, dout in (("dq", q.grad, q64.grad, dq_out), ("dk", k.grad, k64.grad,
-                                                                     dk_out)):
-        ia, ib = rope_pairs(R, style)
-        scale = dout.double().abs().clone()
-        pair = torch.sqrt(dout.double()[..., ia] ** 2 + dout.double()[..., ib] ** 2)
-        scale[..., ia] = pair
-        scale[..., ib] = pair
-        assert_grad(got, ref, scale, f"rope {name}", ulps=3.0)
+    # A rotation's backward is the inverse rotation: rope's float32 tolerance.
+    tol = TOL[("rope", "exact", torch.float32)]
+    assert_ulps(q.grad, q64.grad, tol, "rope dq")
+    assert_ulps(k.grad, k64.grad, tol, "rope dk")
 
 
 # ------------------------------------------------------------------------------------------------
