@@ -17,6 +17,7 @@
 #include "reference/tolerance.h"
 #include "verify/device_buffer.h"
 #include "verify/parallel.h"
+#include "verify/qk_norm_rope_inputs.h"
 #include "verify/rope_layout.h"
 
 namespace ropenorm::verify {
@@ -112,11 +113,7 @@ QkNormRopeBackwardOutcome run_case(const QkNormRopeBackwardCase& bc,
   const TensorRef dq = head_view(c, pl.q, ob[pl.q.buf].get());
   const TensorRef dk = head_view(c, pl.k, ob[pl.k.buf].get());
 
-  // Weights; the saved r (fp32 of the exact value) when given.
-  DeviceBuffer wq_buf = upload_at(in.wq.bytes.data(), in.wq.bytes.size(), 0, 1);
-  DeviceBuffer wk_buf = upload_at(in.wk.bytes.data(), in.wk.bytes.size(), 0, 1);
-  const TensorRef wq(wq_buf.get(), bc.w_dtype, {d}, {1}, Device::cuda(0));
-  const TensorRef wk(wk_buf.get(), bc.w_dtype, {d}, {1}, Device::cuda(0));
+  // The saved r (fp32 of the exact value) when given.
   std::vector<float> rq(static_cast<size_t>(t * c.hq)), rk(static_cast<size_t>(t * c.hk));
   for (int64_t i = 0; i < t * c.hq; ++i) {
     rq[i] = static_cast<float>(exact_rstd(in.rope.q, i * d, d, bc.eps));
@@ -153,45 +150,9 @@ QkNormRopeBackwardOutcome run_case(const QkNormRopeBackwardCase& bc,
     }
   }
 
-  // Positions (explicit kinds, or arange + offset) and the cos/sin source.
-  RopePositions pos;
-  DeviceBuffer pos_buf;
-  if (c.source != CosSinKind::kHfCosSinGathered) {
-    if (c.pos_kind == RopePosKind::kI32 || c.pos_kind == RopePosKind::kI64) {
-      const DType pdt = c.pos_kind == RopePosKind::kI32 ? DType::kInt32 : DType::kInt64;
-      HostTensor ph(pdt, t);
-      for (int64_t i = 0; i < t; ++i) ph.set(i, static_cast<double>(in.rope.positions[i]));
-      pos_buf = upload_at(ph.bytes.data(), ph.bytes.size(), 0, 1);
-      pos.positions = TensorRef(pos_buf.get(), pdt, {t}, {1}, Device::cuda(0));
-    } else if (c.pos_kind == RopePosKind::kArange) {
-      pos.offset = in.rope.offset;
-    } else {
-      fatal("positions: explicit or arange");
-    }
-  }
-  RopeCosSin cs;
-  cs.kind = c.source;
-  DeviceBuffer cache_buf, cos_buf, sin_buf, inv_buf;
-  switch (c.source) {
-    case CosSinKind::kCache:
-      cache_buf = upload_at(in.rope.cache.bytes.data(), in.rope.cache.bytes.size(), 0, 1);
-      cs.cache = TensorRef(cache_buf.get(), c.cs_dtype, {c.table_rows, r}, {r, 1}, Device::cuda(0));
-      break;
-    case CosSinKind::kHfCosSin:
-    case CosSinKind::kHfCosSinGathered: {
-      cos_buf = upload_at(in.rope.cos.bytes.data(), in.rope.cos.bytes.size(), 0, 1);
-      sin_buf = upload_at(in.rope.sin.bytes.data(), in.rope.sin.bytes.size(), 0, 1);
-      const int64_t rows = c.source == CosSinKind::kHfCosSin ? c.table_rows : t;
-      cs.cos = TensorRef(cos_buf.get(), c.cs_dtype, {rows, r}, {r, 1}, Device::cuda(0));
-      cs.sin = TensorRef(sin_buf.get(), c.cs_dtype, {rows, r}, {r, 1}, Device::cuda(0));
-      break;
-    }
-    case CosSinKind::kInvFreq:
-      inv_buf = upload_at(in.rope.inv_freq.data(), in.rope.inv_freq.size() * 4, 0, 1);
-      cs.inv_freq = TensorRef(inv_buf.get(), DType::kFloat32, {h}, {1}, Device::cuda(0));
-      cs.attention_scaling = c.attention_scaling;
-      break;
-  }
+  // Weights, positions (explicit kinds, or arange + offset) and the cos/sin source.
+  const QkNormRopeDeviceInputs dev = upload_qk_norm_rope_inputs(
+      c, in.rope, in.wq, in.wk, bc.w_dtype, "qk_norm_rope_backward case");
   RopeParams params;
   params.style = c.style;
   params.rotary_dim = c.rotary_dim;
@@ -200,8 +161,8 @@ QkNormRopeBackwardOutcome run_case(const QkNormRopeBackwardCase& bc,
   np.eps = bc.eps;
   np.weight_offset = bc.weight_offset;
 
-  out.status = qk_norm_rope_backward(dq_out, dk_out, q, k, wq, wk, q_rstd, k_rstd, dq, dk, dwq, dwk,
-                                     ws, pos, cs, params, np);
+  out.status = qk_norm_rope_backward(dq_out, dk_out, q, k, dev.wq, dev.wk, q_rstd, k_rstd, dq, dk,
+                                     dwq, dwk, ws, dev.pos, dev.cs, params, np);
   if (out.status.ok()) out.status = sync_device();
 
   // Inputs must be unchanged in every outcome (the gradients too when out of place).
@@ -268,7 +229,6 @@ QkNormRopeBackwardOutcome run_case(const QkNormRopeBackwardCase& bc,
   const bool in_kernel = c.source == CosSinKind::kInvFreq;
   const double inv_term =
       in_kernel ? ref::tolerance_ulp("rope", "inv_freq_pair_term", DType::kFloat32) : 0.0;
-  const double scaling = static_cast<double>(c.attention_scaling);
   const double eps = static_cast<double>(bc.eps), off = static_cast<double>(bc.weight_offset);
   std::vector<double> wqd(d), wkd(d);
   for (int64_t j = 0; j < d; ++j) {
@@ -282,27 +242,7 @@ QkNormRopeBackwardOutcome run_case(const QkNormRopeBackwardCase& bc,
     std::vector<double> cv(h), sv(h), ang(h), x(d), dy(d), dx(d), gn(d), scale(d);
     std::vector<double> dwq_l(d, 0.0), dwk_l(d, 0.0);
     for (int64_t tok = t0; tok < t1; ++tok) {
-      const int64_t p = in.rope.positions[tok];
-      for (int64_t i = 0; i < h; ++i) {
-        switch (c.source) {
-          case CosSinKind::kCache:
-            cv[i] = in.rope.cache.get(p * r + i);
-            sv[i] = in.rope.cache.get(p * r + h + i);
-            break;
-          case CosSinKind::kHfCosSin:
-            cv[i] = in.rope.cos.get(p * r + i);
-            sv[i] = in.rope.sin.get(p * r + i);
-            break;
-          case CosSinKind::kHfCosSinGathered:
-            cv[i] = in.rope.cos.get(tok * r + i);
-            sv[i] = in.rope.sin.get(tok * r + i);
-            break;
-          case CosSinKind::kInvFreq:
-            ang[i] = fp32_angle(p, in.rope.inv_freq[i]);
-            break;
-        }
-      }
-      if (in_kernel) ref::rope_cos_sin_ref(1, ang.data(), h, scaling, cv.data(), sv.data());
+      kernel_cos_sin(c, in.rope, tok, cv.data(), sv.data(), ang.data());
       for (int which = 0; which < 2; ++which) {
         const HostTensor& src = which == 0 ? in.rope.q : in.rope.k;
         const HostTensor& grad = which == 0 ? in.dq_out : in.dk_out;

@@ -344,27 +344,7 @@ RopeOutcome run_case(const RopeCase& c, const RopeInputs& in) {
     int64_t tails = 0;
     std::vector<double> cv(h), sv(h), ang(h), x(d), y(d);
     for (int64_t tok = t0; tok < t1; ++tok) {
-      const int64_t p = in.positions[tok];
-      for (int64_t i = 0; i < h; ++i) {
-        switch (c.source) {
-          case CosSinKind::kCache:
-            cv[i] = in.cache.get(p * r + i);
-            sv[i] = in.cache.get(p * r + h + i);
-            break;
-          case CosSinKind::kHfCosSin:
-            cv[i] = in.cos.get(p * r + i);
-            sv[i] = in.sin.get(p * r + i);
-            break;
-          case CosSinKind::kHfCosSinGathered:
-            cv[i] = in.cos.get(tok * r + i);
-            sv[i] = in.sin.get(tok * r + i);
-            break;
-          case CosSinKind::kInvFreq:
-            ang[i] = fp32_angle(p, in.inv_freq[i]);
-            break;
-        }
-      }
-      if (in_kernel) ref::rope_cos_sin_ref(1, ang.data(), h, scaling, cv.data(), sv.data());
+      kernel_cos_sin(c, in, tok, cv.data(), sv.data(), ang.data());
       for (int which = 0; which < (c.has_k ? 2 : 1); ++which) {
         const HostTensor& src = which == 0 ? in.q : in.k;
         const HostTensor& got = which == 0 ? out.q_out : out.k_out;

@@ -3,6 +3,8 @@
 
 #include <cstring>
 
+#include "reference/rope_ref.h"
+
 namespace ropenorm::verify::rope_layout {
 
 Placement place_of(const RopeCase& c) {
@@ -91,6 +93,34 @@ double fp32_angle(int64_t p, float f) {
   volatile float pf = static_cast<float>(p);
   volatile float a = pf * f;
   return static_cast<double>(a);
+}
+
+void kernel_cos_sin(const RopeCase& c, const RopeInputs& in, int64_t tok, double* cv, double* sv,
+                    double* ang) {
+  const int64_t r = c.rot(), h = r / 2;
+  const int64_t p = in.positions[tok];
+  for (int64_t i = 0; i < h; ++i) {
+    switch (c.source) {
+      case CosSinKind::kCache:
+        cv[i] = in.cache.get(p * r + i);
+        sv[i] = in.cache.get(p * r + h + i);
+        break;
+      case CosSinKind::kHfCosSin:
+        cv[i] = in.cos.get(p * r + i);
+        sv[i] = in.sin.get(p * r + i);
+        break;
+      case CosSinKind::kHfCosSinGathered:
+        cv[i] = in.cos.get(tok * r + i);
+        sv[i] = in.sin.get(tok * r + i);
+        break;
+      case CosSinKind::kInvFreq:
+        ang[i] = fp32_angle(p, in.inv_freq[i]);
+        break;
+    }
+  }
+  if (c.source == CosSinKind::kInvFreq) {
+    ref::rope_cos_sin_ref(1, ang, h, static_cast<double>(c.attention_scaling), cv, sv);
+  }
 }
 
 }  // namespace ropenorm::verify::rope_layout

@@ -44,5 +44,10 @@ std::vector<unsigned char> download_all(const DeviceBuffer& b);
 DeviceBuffer upload_at(const void* data, size_t bytes, int64_t offset, size_t es);
 /// fl32(fl32(p) * f), exactly as the kernels form the in-kernel angle.
 double fp32_angle(int64_t p, float f);
+/// The c_i, s_i (i < R / 2) the kernel uses for token `tok`: the table's entries at the token's
+/// position (at its own row when gathered), or the oracle's cos and sin of the fp32 in-kernel
+/// angle times the attention scaling. *ang is scratch of R / 2 elements.
+void kernel_cos_sin(const RopeCase& c, const RopeInputs& in, int64_t tok, double* cv, double* sv,
+                    double* ang);
 
 }  // namespace ropenorm::verify::rope_layout

@@ -1,0 +1,66 @@
+// Device copies of the inputs shared by the QK-norm + RoPE cases (see qk_norm_rope_inputs.h).
+#include "verify/qk_norm_rope_inputs.h"
+
+#include <cstdio>
+#include <cstdlib>
+
+#include "verify/rope_layout.h"
+
+namespace ropenorm::verify {
+
+using namespace rope_layout;
+
+QkNormRopeDeviceInputs upload_qk_norm_rope_inputs(const RopeCase& c, const RopeInputs& in,
+                                                  const HostTensor& wq, const HostTensor& wk,
+                                                  DType w_dtype, const char* who) {
+  const int64_t t = c.tokens(), r = c.rot(), h = r / 2, d = c.head_dim;
+  QkNormRopeDeviceInputs dev;
+  dev.wq_buf = upload_at(wq.bytes.data(), wq.bytes.size(), 0, 1);
+  dev.wk_buf = upload_at(wk.bytes.data(), wk.bytes.size(), 0, 1);
+  dev.wq = TensorRef(dev.wq_buf.get(), w_dtype, {d}, {1}, Device::cuda(0));
+  dev.wk = TensorRef(dev.wk_buf.get(), w_dtype, {d}, {1}, Device::cuda(0));
+
+  // Positions (explicit kinds, or arange + offset).
+  if (c.source != CosSinKind::kHfCosSinGathered) {
+    if (c.pos_kind == RopePosKind::kI32 || c.pos_kind == RopePosKind::kI64) {
+      const DType pdt = c.pos_kind == RopePosKind::kI32 ? DType::kInt32 : DType::kInt64;
+      HostTensor ph(pdt, t);
+      for (int64_t i = 0; i < t; ++i) ph.set(i, static_cast<double>(in.positions[i]));
+      dev.pos_buf = upload_at(ph.bytes.data(), ph.bytes.size(), 0, 1);
+      dev.pos.positions = TensorRef(dev.pos_buf.get(), pdt, {t}, {1}, Device::cuda(0));
+    } else if (c.pos_kind == RopePosKind::kArange) {
+      dev.pos.offset = in.offset;
+    } else {
+      std::fprintf(stderr, "%s: positions: explicit or arange\n", who);
+      std::abort();
+    }
+  }
+
+  // The cos/sin source.
+  RopeCosSin& cs = dev.cs;
+  cs.kind = c.source;
+  switch (c.source) {
+    case CosSinKind::kCache:
+      dev.cache_buf = upload_at(in.cache.bytes.data(), in.cache.bytes.size(), 0, 1);
+      cs.cache =
+          TensorRef(dev.cache_buf.get(), c.cs_dtype, {c.table_rows, r}, {r, 1}, Device::cuda(0));
+      break;
+    case CosSinKind::kHfCosSin:
+    case CosSinKind::kHfCosSinGathered: {
+      dev.cos_buf = upload_at(in.cos.bytes.data(), in.cos.bytes.size(), 0, 1);
+      dev.sin_buf = upload_at(in.sin.bytes.data(), in.sin.bytes.size(), 0, 1);
+      const int64_t rows = c.source == CosSinKind::kHfCosSin ? c.table_rows : t;
+      cs.cos = TensorRef(dev.cos_buf.get(), c.cs_dtype, {rows, r}, {r, 1}, Device::cuda(0));
+      cs.sin = TensorRef(dev.sin_buf.get(), c.cs_dtype, {rows, r}, {r, 1}, Device::cuda(0));
+      break;
+    }
+    case CosSinKind::kInvFreq:
+      dev.inv_buf = upload_at(in.inv_freq.data(), in.inv_freq.size() * 4, 0, 1);
+      cs.inv_freq = TensorRef(dev.inv_buf.get(), DType::kFloat32, {h}, {1}, Device::cuda(0));
+      cs.attention_scaling = c.attention_scaling;
+      break;
+  }
+  return dev;
+}
+
+}  // namespace ropenorm::verify

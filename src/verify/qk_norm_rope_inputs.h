@@ -1,0 +1,28 @@
+// Device copies of the inputs the fused QK-norm + RoPE forward and backward cases share: the
+// weights wq and wk, the positions (explicit int32 / int64, or arange + offset) and the cos/sin
+// source, each uploaded at offset 0 with its [T, H, D]-case view.
+#pragma once
+
+#include "reference/host_tensor.h"
+#include "ropenorm/rope.h"
+#include "ropenorm/tensor.h"
+#include "verify/device_buffer.h"
+#include "verify/rope_case.h"
+
+namespace ropenorm::verify {
+
+/// The buffers (owned) and the views of them that the public API receives.
+struct QkNormRopeDeviceInputs {
+  DeviceBuffer wq_buf, wk_buf, pos_buf, cache_buf, cos_buf, sin_buf, inv_buf;
+  TensorRef wq, wk;  ///< [D] each, of the weights' dtype
+  RopePositions pos;
+  RopeCosSin cs;
+};
+
+/// Uploads wq and wk (viewed as w_dtype) and the case's positions and cos/sin source. A position
+/// kind other than explicit or arange aborts with "<who>: positions: explicit or arange".
+QkNormRopeDeviceInputs upload_qk_norm_rope_inputs(const RopeCase& c, const RopeInputs& in,
+                                                  const HostTensor& wq, const HostTensor& wk,
+                                                  DType w_dtype, const char* who);
+
+}  // namespace ropenorm::verify
