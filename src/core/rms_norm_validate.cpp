@@ -5,31 +5,10 @@
 #include <sstream>
 
 #include "core/checks.h"
+#include "core/row_checks.h"
 #include "core/row_layout.h"
 
 namespace ropenorm::core {
-
-namespace {
-
-Status check_rows_tensor(const char* op, const char* arg, const TensorRef& t, const char* ref_arg,
-                         const TensorRef& ref) {
-  ROPENORM_TRY(check_present(op, arg, t));
-  ROPENORM_TRY(check_float_dtype(op, arg, t));
-  ROPENORM_TRY(check_same_shape(op, arg, t, ref_arg, ref));
-  ROPENORM_TRY(check_last_dim_contiguous(op, arg, t));
-  return check_data(op, arg, t);
-}
-
-bool is_contiguous(const TensorRef& t) {
-  int64_t expect = 1;
-  for (int d = t.ndim - 1; d >= 0; --d) {
-    if (t.sizes[d] != 1 && t.strides[d] != expect) return false;
-    expect *= t.sizes[d];
-  }
-  return true;
-}
-
-}  // namespace
 
 Status validate_rms_norm_devices(const RmsNormCall& c, int device) {
   const char* op = c.fused ? "add_rms_norm" : "rms_norm";
