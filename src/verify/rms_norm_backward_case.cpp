@@ -13,70 +13,20 @@
 #include "reference/rms_norm_grad_ref.h"
 #include "verify/device_buffer.h"
 #include "verify/parallel.h"
+#include "verify/row_placement.h"
 
 namespace ropenorm::verify {
+
+using namespace row_placement;
 
 namespace {
 
 constexpr const char* kTolOp = "rms_norm_backward";  // the fused op's rows are the same
 
-// Physical placement shared by dy, x (s), ds, dx and dresidual.
-struct RowPlacement {
-  int64_t m, n, pitch, offset, batch;
-  int64_t elems() const { return offset + m * pitch; }
-  int64_t row_start(int64_t r) const {
-    if (batch <= 0) return offset + r * pitch;
-    const int64_t seq = m / batch;
-    return offset + ((r % seq) * batch + r / seq) * pitch;
-  }
-  TensorRef view(void* base, DType dt) const {
-    void* p = static_cast<unsigned char*>(base) + offset * static_cast<int64_t>(dtype_size(dt));
-    if (batch > 0) {
-      return TensorRef(p, dt, {batch, m / batch, n}, {pitch, batch * pitch, 1}, Device::cuda(0));
-    }
-    return TensorRef(p, dt, {m, n}, {pitch, 1}, Device::cuda(0));
-  }
-};
-
-// Buffer image: the logical tensor placed at its rows, every other byte 0xFF.
-std::vector<unsigned char> place(const HostTensor& t, const RowPlacement& L) {
-  const size_t es = dtype_size(t.dtype);
-  std::vector<unsigned char> img(static_cast<size_t>(L.elems()) * es, 0xFF);
-  for (int64_t r = 0; r < L.m; ++r) {
-    std::memcpy(img.data() + static_cast<size_t>(L.row_start(r)) * es,
-                t.bytes.data() + static_cast<size_t>(r * L.n) * es, static_cast<size_t>(L.n) * es);
-  }
-  return img;
-}
-
 DeviceBuffer upload_image(const std::vector<unsigned char>& img) {
   DeviceBuffer b(img.size());
   if (!img.empty()) b.upload(img.data(), img.size());
   return b;
-}
-
-std::vector<unsigned char> download_all(const DeviceBuffer& b) {
-  std::vector<unsigned char> img(b.size());
-  if (!img.empty()) b.download(img.data(), img.size());
-  return img;
-}
-
-// Logical tensor read back from a row buffer; counts changed bytes outside the rows.
-HostTensor gather(const std::vector<unsigned char>& img, DType dt, const RowPlacement& L,
-                  int64_t* pad_written) {
-  const size_t es = dtype_size(dt);
-  HostTensor t(dt, L.m * L.n);
-  std::vector<char> is_row(img.size(), 0);
-  for (int64_t r = 0; r < L.m; ++r) {
-    const size_t start = static_cast<size_t>(L.row_start(r)) * es;
-    std::memcpy(t.bytes.data() + static_cast<size_t>(r * L.n) * es, img.data() + start,
-                static_cast<size_t>(L.n) * es);
-    std::memset(is_row.data() + start, 1, static_cast<size_t>(L.n) * es);
-  }
-  for (size_t i = 0; i < img.size(); ++i) {
-    if (!is_row[i] && img[i] != 0xFF) ++*pad_written;
-  }
-  return t;
 }
 
 // An [n] vector placed after `offset` elements of 0xFF (so misalignment reaches it too).

@@ -11,29 +11,13 @@
 #include "reference/rms_norm_ref.h"
 #include "verify/device_buffer.h"
 #include "verify/parallel.h"
+#include "verify/row_placement.h"
 
 namespace ropenorm::verify {
 
-namespace {
+using namespace row_placement;
 
-// Physical placement shared by x, residual, y and residual_out.
-struct Layout {
-  int64_t m, n, pitch, offset, batch;
-  int64_t elems() const { return offset + m * pitch; }
-  int64_t row_start(int64_t r) const {
-    if (batch <= 0) return offset + r * pitch;
-    const int64_t seq = m / batch;
-    const int64_t b = r / seq, s = r % seq;
-    return offset + (s * batch + b) * pitch;
-  }
-  TensorRef view(void* base, DType dt) const {
-    void* p = static_cast<unsigned char*>(base) + offset * static_cast<int64_t>(dtype_size(dt));
-    if (batch > 0) {
-      return TensorRef(p, dt, {batch, m / batch, n}, {pitch, batch * pitch, 1}, Device::cuda(0));
-    }
-    return TensorRef(p, dt, {m, n}, {pitch, 1}, Device::cuda(0));
-  }
-};
+namespace {
 
 // Largest magnitudes whose squares, summed over the widest rows tested (262144 elements), stay
 // finite in fp32: 65504 for f16; 1e16 for f32/bf16 (the fp32 sum of squares is the limit, as in
@@ -91,41 +75,6 @@ void fill_row(HostTensor& t, int64_t r, int64_t n, Fill fill, uint64_t seed, uin
   }
 }
 
-// Host image of a buffer: the logical tensor placed at its rows, pad bytes all 0xFF.
-std::vector<unsigned char> place(const HostTensor& t, const Layout& L) {
-  const size_t es = dtype_size(t.dtype);
-  std::vector<unsigned char> img(static_cast<size_t>(L.elems()) * es, 0xFF);
-  for (int64_t r = 0; r < L.m; ++r) {
-    std::memcpy(img.data() + static_cast<size_t>(L.row_start(r)) * es,
-                t.bytes.data() + static_cast<size_t>(r * L.n) * es, static_cast<size_t>(L.n) * es);
-  }
-  return img;
-}
-
-// Logical tensor read back from a buffer image; counts changed pad bytes (expected all 0xFF).
-HostTensor gather(const std::vector<unsigned char>& img, DType dt, const Layout& L,
-                  int64_t* pad_written) {
-  const size_t es = dtype_size(dt);
-  HostTensor t(dt, L.m * L.n);
-  std::vector<char> is_row(img.size(), 0);
-  for (int64_t r = 0; r < L.m; ++r) {
-    const size_t start = static_cast<size_t>(L.row_start(r)) * es;
-    std::memcpy(t.bytes.data() + static_cast<size_t>(r * L.n) * es, img.data() + start,
-                static_cast<size_t>(L.n) * es);
-    std::memset(is_row.data() + start, 1, static_cast<size_t>(L.n) * es);
-  }
-  for (size_t i = 0; i < img.size(); ++i) {
-    if (!is_row[i] && img[i] != 0xFF) ++*pad_written;
-  }
-  return t;
-}
-
-std::vector<unsigned char> download_all(const DeviceBuffer& b) {
-  std::vector<unsigned char> img(b.size());
-  if (!img.empty()) b.download(img.data(), img.size());
-  return img;
-}
-
 }  // namespace
 
 std::string describe(const RmsNormCase& c) {
@@ -166,7 +115,7 @@ RmsNormInputs make_inputs(const RmsNormCase& c) {
 
 RmsNormOutcome run_case(const RmsNormCase& c, const RmsNormInputs& in) {
   RmsNormOutcome out;
-  const Layout L{c.m, c.n, c.n + c.pitch_pad, c.storage_offset, c.batch};
+  const RowPlacement L{c.m, c.n, c.n + c.pitch_pad, c.storage_offset, c.batch};
   const DType y_dtype = c.in_place ? c.x_dtype : c.y_dtype;
 
   DeviceBuffer xb(place(in.x, L).size());
