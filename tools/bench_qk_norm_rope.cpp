@@ -111,29 +111,36 @@ void check_composition(const verify::QkNormRopeCase& qc, const verify::QkNormRop
 
 }  // namespace
 
+verify::QkNormRopeCase qk_norm_rope_bench_case(const BenchOptions& o, int64_t t, int64_t d,
+                                               DType dt, DType cache_dt, uint64_t seed) {
+  verify::QkNormRopeCase qc;
+  verify::RopeCase& c = qc.rope;
+  c.seq = t;
+  c.hq = o.rope_hq;
+  c.hk = o.rope_hk;
+  c.head_dim = d;
+  c.style = RopeStyle::kNeox;
+  c.dtype = dt;
+  c.source = CosSinKind::kCache;
+  c.cs_dtype = cache_dt;
+  c.layout = verify::RopeLayout::kSeparate;
+  c.pos_kind = verify::RopePosKind::kI64;
+  c.table_rows = t;
+  c.seed = seed;
+  qc.w_dtype = dt;
+  qc.eps = kEps;
+  qc.with_rstd = true;
+  return qc;
+}
+
 Status bench_qk_norm_rope(const BenchOptions& o, std::vector<ResultRow>* rows, std::ostream& log) {
   const DType dt = DType::kBFloat16;
   const DType cache_dt = DType::kFloat32;
   uint64_t seed = 9001;
   for (int64_t d : o.qk_ds) {
     for (int64_t t : o.rope_ts) {
-      verify::QkNormRopeCase qc;
-      verify::RopeCase& c = qc.rope;
-      c.seq = t;
-      c.hq = o.rope_hq;
-      c.hk = o.rope_hk;
-      c.head_dim = d;
-      c.style = RopeStyle::kNeox;
-      c.dtype = dt;
-      c.source = CosSinKind::kCache;
-      c.cs_dtype = cache_dt;
-      c.layout = verify::RopeLayout::kSeparate;
-      c.pos_kind = verify::RopePosKind::kI64;
-      c.table_rows = t;
-      c.seed = seed++;
-      qc.w_dtype = dt;
-      qc.eps = kEps;
-      qc.with_rstd = true;
+      const verify::QkNormRopeCase qc = qk_norm_rope_bench_case(o, t, d, dt, cache_dt, seed++);
+      const verify::RopeCase& c = qc.rope;
       const auto in = verify::make_inputs(qc);
       const int64_t elem = static_cast<int64_t>(dtype_size(dt));
       const int64_t heads = c.hq + c.hk;
@@ -195,10 +202,10 @@ Status bench_qk_norm_rope(const BenchOptions& o, std::vector<ResultRow>* rows, s
       const TensorRef k_rows = TensorRef::contiguous(b.k.get(), dt, {t * c.hk, d}, dev);
       const TensorRef qo_rows = TensorRef::contiguous(b.q_out.get(), dt, {t * c.hq, d}, dev);
       const TensorRef ko_rows = TensorRef::contiguous(b.k_out.get(), dt, {t * c.hk, d}, dev);
-      const TensorRef qr_flat = TensorRef::contiguous(b.q_rstd.get(), DType::kFloat32,
-                                                      {t * c.hq}, dev);
-      const TensorRef kr_flat = TensorRef::contiguous(b.k_rstd.get(), DType::kFloat32,
-                                                      {t * c.hk}, dev);
+      const TensorRef qr_flat =
+          TensorRef::contiguous(b.q_rstd.get(), DType::kFloat32, {t * c.hq}, dev);
+      const TensorRef kr_flat =
+          TensorRef::contiguous(b.k_rstd.get(), DType::kFloat32, {t * c.hk}, dev);
       const Launch ours_launch = [&](cudaStream_t st) {
         return qk_norm_rope(q, k, wq, wk, q_out, k_out, q_rstd, k_rstd, pos, cs, rp, np, st);
       };

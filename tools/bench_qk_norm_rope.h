@@ -12,11 +12,18 @@
 #include "bench_options.h"
 #include "receipt.h"
 #include "ropenorm/status.h"
+#include "verify/qk_norm_rope_case.h"
 
 namespace ropenorm::bench {
 
 /// Appends one ResultRow per (impl, shape) to *rows. Returns the first device error; a
 /// verification failure is recorded in the row (passed = false), not returned.
 Status bench_qk_norm_rope(const BenchOptions& o, std::vector<ResultRow>* rows, std::ostream& log);
+
+/// The case of one shape of the QK-norm + RoPE forward and backward rows: q [T, o.rope_hq, D] and
+/// k [T, o.rope_hk, D] of dtype dt in separate tensors, full rotary neox, cos/sin from a cache_dt
+/// cache of T rows, int64 positions, weights of dt, eps 1e-6, rstd saved.
+verify::QkNormRopeCase qk_norm_rope_bench_case(const BenchOptions& o, int64_t t, int64_t d,
+                                               DType dt, DType cache_dt, uint64_t seed);
 
 }  // namespace ropenorm::bench

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "bench_common.h"
+#include "bench_qk_norm_rope.h"
 #include "bench_rope.h"
 #include "core/checks.h"
 #include "reference/host_float.h"
@@ -148,24 +149,15 @@ Status bench_qk_norm_rope_backward(const BenchOptions& o, std::vector<ResultRow>
   const int64_t d = 128;
   uint64_t seed = 9101;
   for (int64_t t : {int64_t{1}, int64_t{1024}, int64_t{32768}}) {
+    // The forward's case, and the backward of the same shape and parameters.
+    const verify::QkNormRopeCase fc = qk_norm_rope_bench_case(o, t, d, dt, cache_dt, seed++);
     verify::QkNormRopeBackwardCase bc;
-    verify::RopeCase& c = bc.rope;
-    c.seq = t;
-    c.hq = o.rope_hq;
-    c.hk = o.rope_hk;
-    c.head_dim = d;
-    c.style = RopeStyle::kNeox;
-    c.dtype = dt;
-    c.source = CosSinKind::kCache;
-    c.cs_dtype = cache_dt;
-    c.layout = verify::RopeLayout::kSeparate;
-    c.pos_kind = verify::RopePosKind::kI64;
-    c.table_rows = t;
-    c.seed = seed++;
-    bc.w_dtype = dt;
-    bc.eps = kEps;
+    bc.rope = fc.rope;
+    bc.w_dtype = fc.w_dtype;
+    bc.eps = fc.eps;
     bc.with_rstd = true;
     bc.want_dw = true;
+    const verify::RopeCase& c = bc.rope;
     const auto in = verify::make_inputs(bc);
     const int64_t elem = static_cast<int64_t>(dtype_size(dt));
     const int64_t heads = c.hq + c.hk;
@@ -183,11 +175,6 @@ Status bench_qk_norm_rope_backward(const BenchOptions& o, std::vector<ResultRow>
     fill_from_outcome(verify::run_case(bc, in), &ours);
 
     // The forward on the same inputs (for the fwd + bwd rows).
-    verify::QkNormRopeCase fc;
-    fc.rope = c;
-    fc.w_dtype = dt;
-    fc.eps = kEps;
-    fc.with_rstd = true;
     verify::QkNormRopeInputs fin;
     fin.rope = in.rope;
     fin.wq = in.wq;
