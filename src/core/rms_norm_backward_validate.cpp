@@ -96,16 +96,7 @@ Status validate_rms_norm_backward(const RmsNormBackwardCall& c, int device) {
   }
 
   if (c.rstd.defined()) {
-    ROPENORM_TRY(check_present(op, "rstd", c.rstd));
-    if (c.rstd.dtype != DType::kFloat32) {
-      return invalid_arg(op, "rstd", "dtype f32", dtype_name(c.rstd.dtype));
-    }
-    if (c.rstd.numel() != m || !is_contiguous(c.rstd)) {
-      return invalid_arg(
-          op, "rstd", "a contiguous f32 tensor of " + std::to_string(m) + " elements (one per row)",
-          c.rstd.describe());
-    }
-    ROPENORM_TRY(check_data(op, "rstd", c.rstd));
+    ROPENORM_TRY(check_rstd(op, c.rstd, m));
   } else {
     // eps only enters when r is recomputed.
     ROPENORM_TRY(check_eps(op, c.params.eps));

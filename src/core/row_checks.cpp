@@ -1,6 +1,8 @@
 // Checks of row tensors shared by the RMSNorm validations (see row_checks.h).
 #include "core/row_checks.h"
 
+#include <string>
+
 #include "core/checks.h"
 
 namespace ropenorm::core {
@@ -12,6 +14,19 @@ Status check_rows_tensor(const char* op, const char* arg, const TensorRef& t, co
   ROPENORM_TRY(check_same_shape(op, arg, t, ref_arg, ref));
   ROPENORM_TRY(check_last_dim_contiguous(op, arg, t));
   return check_data(op, arg, t);
+}
+
+Status check_rstd(const char* op, const TensorRef& rstd, int64_t m) {
+  ROPENORM_TRY(check_present(op, "rstd", rstd));
+  if (rstd.dtype != DType::kFloat32) {
+    return invalid_arg(op, "rstd", "dtype f32", dtype_name(rstd.dtype));
+  }
+  if (rstd.numel() != m || !is_contiguous(rstd)) {
+    return invalid_arg(
+        op, "rstd", "a contiguous f32 tensor of " + std::to_string(m) + " elements (one per row)",
+        rstd.describe());
+  }
+  return check_data(op, "rstd", rstd);
 }
 
 bool is_contiguous(const TensorRef& t) {
