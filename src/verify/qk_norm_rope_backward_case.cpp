@@ -187,19 +187,7 @@ QkNormRopeBackwardOutcome run_case(const QkNormRopeBackwardCase& bc,
   }
 
   // Read back; bytes outside the views must still be 0xFF.
-  std::vector<std::vector<unsigned char>> now;
-  std::vector<std::vector<char>> covered;
-  for (const auto& bf : ob) {
-    now.push_back(download_all(bf));
-    covered.emplace_back(now.back().size(), 0);
-  }
-  out.dq_val = gather(now[pl.q.buf], c, pl.q, &covered[pl.q.buf]);
-  out.dk_val = gather(now[pl.k.buf], c, pl.k, &covered[pl.k.buf]);
-  for (size_t i = 0; i < now.size(); ++i) {
-    for (size_t j = 0; j < now[i].size(); ++j) {
-      if (!covered[i][j] && now[i][j] != (c.in_place ? gimg[i][j] : 0xFF)) ++out.pad_written;
-    }
-  }
+  out.pad_written += read_back(ob, c, pl, c.in_place ? &gimg : nullptr, &out.dq_val, &out.dk_val);
   auto read_dw = [&](const DeviceBuffer& b, HostTensor* dst) {
     const auto bytes = download_all(b);
     for (size_t j = 0; j < bytes.size(); ++j) {

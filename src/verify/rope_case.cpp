@@ -312,19 +312,7 @@ RopeOutcome run_case(const RopeCase& c, const RopeInputs& in) {
   }
 
   // Read back; bytes outside the views must still be 0xFF, inputs unchanged.
-  std::vector<std::vector<unsigned char>> now;
-  std::vector<std::vector<char>> covered;
-  for (const auto& bf : ob) {
-    now.push_back(download_all(bf));
-    covered.emplace_back(now.back().size(), 0);
-  }
-  out.q_out = gather(now[pl.q.buf], c, pl.q, &covered[pl.q.buf]);
-  if (c.has_k) out.k_out = gather(now[pl.k.buf], c, pl.k, &covered[pl.k.buf]);
-  for (size_t i = 0; i < now.size(); ++i) {
-    for (size_t j = 0; j < now[i].size(); ++j) {
-      if (!covered[i][j] && now[i][j] != 0xFF) ++out.pad_written;
-    }
-  }
+  out.pad_written += read_back(ob, c, pl, nullptr, &out.q_out, &out.k_out);
   if (!c.in_place) {
     for (size_t i = 0; i < inb.size(); ++i) {
       const auto cur = download_all(inb[i]);

@@ -80,6 +80,26 @@ std::vector<unsigned char> download_all(const DeviceBuffer& b) {
 }
 
 // A device copy of raw bytes placed after `offset` elements of element size es (0xFF before).
+int64_t read_back(const std::vector<DeviceBuffer>& ob, const RopeCase& c, const Placement& pl,
+                  const std::vector<std::vector<unsigned char>>* kept, HostTensor* q,
+                  HostTensor* k) {
+  std::vector<std::vector<unsigned char>> now;
+  std::vector<std::vector<char>> covered;
+  for (const auto& bf : ob) {
+    now.push_back(download_all(bf));
+    covered.emplace_back(now.back().size(), 0);
+  }
+  *q = gather(now[pl.q.buf], c, pl.q, &covered[pl.q.buf]);
+  if (c.has_k) *k = gather(now[pl.k.buf], c, pl.k, &covered[pl.k.buf]);
+  int64_t changed = 0;
+  for (size_t i = 0; i < now.size(); ++i) {
+    for (size_t j = 0; j < now[i].size(); ++j) {
+      if (!covered[i][j] && now[i][j] != (kept ? (*kept)[i][j] : 0xFF)) ++changed;
+    }
+  }
+  return changed;
+}
+
 DeviceBuffer upload_at(const void* data, size_t bytes, int64_t offset, size_t es) {
   std::vector<unsigned char> img(static_cast<size_t>(offset) * es + bytes, 0xFF);
   if (bytes > 0) std::memcpy(img.data() + static_cast<size_t>(offset) * es, data, bytes);

@@ -40,6 +40,12 @@ HostTensor gather(const std::vector<unsigned char>& img, const RopeCase& c, cons
                   std::vector<char>* covered);
 /// The whole buffer, copied to the host.
 std::vector<unsigned char> download_all(const DeviceBuffer& b);
+/// Reads q (and k when the case has one) back from the output buffers into logical [T, H, D]
+/// tensors; returns how many bytes outside their views differ from `kept` (the buffers' images
+/// before the run) or, when kept is null, from 0xFF.
+int64_t read_back(const std::vector<DeviceBuffer>& ob, const RopeCase& c, const Placement& pl,
+                  const std::vector<std::vector<unsigned char>>* kept, HostTensor* q,
+                  HostTensor* k);
 /// A device copy of raw bytes placed after `offset` elements of element size es (0xFF before).
 DeviceBuffer upload_at(const void* data, size_t bytes, int64_t offset, size_t es);
 /// fl32(fl32(p) * f), exactly as the kernels form the in-kernel angle.
