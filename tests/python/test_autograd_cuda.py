@@ -335,7 +335,9 @@ def test_compile_prologue_fullgraph_dynamic_no_recompile(grad):
     torch._dynamo.reset()
     counter = CompileCounterWithBackend("aot_eager")
     fn = torch.compile(_prologue, backend=counter, fullgraph=True, dynamic=True)
-    for T in (7, 19, 64):
+    # Token counts unequal to the block's other sizes (2, 4, 64, 128, 256): torch's duck shaping
+    # gives equal sizes one symbol, so T == D would be torch's own specialisation, not these ops'.
+    for T in (7, 19, 48):
         args = _prologue_inputs(T, grad)
         got, want = _run(fn, args, grad), _run(_prologue, args, grad)
         for a, b in zip(got[:4], want[:4]):
