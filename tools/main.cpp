@@ -16,9 +16,9 @@
 #include <vector>
 
 #include "bench_backward.h"
-#include "bench_rms_norm.h"
 #include "bench_qk_norm_rope.h"
 #include "bench_qk_norm_rope_backward.h"
+#include "bench_rms_norm.h"
 #include "bench_rope.h"
 #include "bench_timing.h"
 #include "device_info.h"
@@ -91,14 +91,38 @@ int run_main_job(bool timing, bool quick, const std::string& out_dir,
     o.copy_gbps = bench::measure_copy_gbps(size_t{1} << 30, 20, stream);
     std::printf("copy bandwidth (device-to-device, read + write): %.1f GB/s\n", o.copy_gbps);
   }
+  // Receipts are (re)written after every op family, so a run cut short keeps what it measured.
+  // A run of some op families only is named after them, so it never replaces the full receipt.
+  std::string families;
+  for (const auto& f : ops) families += "-" + f;
+  const std::string stem =
+      out_dir + "/bench-" + slug(dev.name) + (quick ? "-quick" : "") + families;
   std::vector<bench::ResultRow> rows;
+  const auto write_receipt = [&]() -> Status {
+    if (!timing) return Status::Ok();
+    bench::Receipt rc;
+    rc.device = dev.name;
+    rc.driver = dev.driver;
+    rc.cuda = dev.cuda;
+    rc.commit = bench::source_commit();
+    rc.date = bench::utc_now();
+    rc.copy_bandwidth_gbps = o.copy_gbps;
+    rc.results = rows;
+    std::filesystem::create_directories(out_dir);
+    return bench::write_and_check_receipt(rc, stem);
+  };
   bench::print_header(std::cout);
   Status st = Status::Ok();
-  if (want("rms_norm")) st = bench::bench_rms_norm(o, &rows, std::cout);
-  if (st.ok() && want("rope")) st = bench::bench_rope(o, &rows, std::cout);
-  if (st.ok() && want("backward")) st = bench::bench_backward(o, &rows, std::cout);
-  if (st.ok() && want("qk_norm_rope")) st = bench::bench_qk_norm_rope(o, &rows, std::cout);
-  if (st.ok() && want("qk_norm_rope")) st = bench::bench_qk_norm_rope_backward(o, &rows, std::cout);
+  const auto family = [&](const char* name, auto&& run) {
+    if (!st.ok() || !want(name)) return;
+    st = run();
+    if (st.ok()) st = write_receipt();
+  };
+  family("rms_norm", [&] { return bench::bench_rms_norm(o, &rows, std::cout); });
+  family("rope", [&] { return bench::bench_rope(o, &rows, std::cout); });
+  family("backward", [&] { return bench::bench_backward(o, &rows, std::cout); });
+  family("qk_norm_rope", [&] { return bench::bench_qk_norm_rope(o, &rows, std::cout); });
+  family("qk_norm_rope", [&] { return bench::bench_qk_norm_rope_backward(o, &rows, std::cout); });
   cudaStreamDestroy(stream);
   if (!st.ok()) {
     std::fprintf(stderr, "error: %s\n", st.message().c_str());
@@ -116,25 +140,6 @@ int run_main_job(bool timing, bool quick, const std::string& out_dir,
     }
   }
   if (timing) {
-    bench::Receipt rc;
-    rc.device = dev.name;
-    rc.driver = dev.driver;
-    rc.cuda = dev.cuda;
-    rc.commit = bench::source_commit();
-    rc.date = bench::utc_now();
-    rc.copy_bandwidth_gbps = o.copy_gbps;
-    rc.results = rows;
-    std::filesystem::create_directories(out_dir);
-    // A run of some op families only is named after them, so it never replaces the full receipt.
-    std::string families;
-    for (const auto& f : ops) families += "-" + f;
-    const std::string stem =
-        out_dir + "/bench-" + slug(dev.name) + (quick ? "-quick" : "") + families;
-    st = bench::write_and_check_receipt(rc, stem);
-    if (!st.ok()) {
-      std::fprintf(stderr, "error: %s\n", st.message().c_str());
-      return 2;
-    }
     std::printf("receipts: %s.json, %s.csv (re-read and checked)\n", stem.c_str(), stem.c_str());
     std::printf("\nsummary (bf16; ropenorm vs unfused baseline):\n");
     bench::print_header(std::cout);

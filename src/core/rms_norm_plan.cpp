@@ -66,11 +66,13 @@ RmsNormPlan plan_rms_norm(int64_t n, int vec, int x_elem, int r_elem, bool has_w
     p.vpt = nvec <= 32 ? 1 : (nvec <= 64 ? 2 : 4);
     p.rows_per_block = 4;
   } else {
-    // Block per row: aim for about 256 threads, each holding vpt vectors in registers.
+    // Block per row: aim for about 256 threads (512 with a residual, which doubles the values a
+    // thread holds), each holding vpt vectors in registers.
     int max_vpt = kMaxRegElems / vec;
     if (max_vpt > kMaxVpt) max_vpt = kMaxVpt;
+    const int64_t aim = r_elem > 0 ? kRowsMaxThreads : 256;
     int vpt = 1;
-    while (vpt < max_vpt && nvec > static_cast<int64_t>(256) * vpt) vpt *= 2;
+    while (vpt < max_vpt && nvec > aim * vpt) vpt *= 2;
     while (vpt < max_vpt && nvec > static_cast<int64_t>(kRowsMaxThreads) * vpt) vpt *= 2;
     if (nvec > static_cast<int64_t>(kRowsMaxThreads) * vpt) {
       p.path = RmsNormPath::kTwoPass;

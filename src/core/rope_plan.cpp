@@ -36,8 +36,8 @@ RopePlan plan_rope(int64_t tokens, int64_t heads, int64_t half, int vec) {
   p.vec = vec;
   const int64_t nvp = half / vec;  // pair vectors per head
   p.bx = static_cast<int>(nvp < 32 ? (nvp < 1 ? 1 : nvp) : 32);
-  int64_t by = kRopeBlockThreads / p.bx;
-  if (by > heads) by = heads;
+  int64_t by = (heads + kRopeHeadsPerThread - 1) / kRopeHeadsPerThread;
+  if (by > kRopeBlockThreads / p.bx) by = kRopeBlockThreads / p.bx;
   if (by < 1) by = 1;
   p.by = static_cast<int>(by);
   int64_t bz = kRopeBlockThreads / (p.bx * p.by);

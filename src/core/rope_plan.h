@@ -29,7 +29,8 @@ int rope_vector_width(int64_t half, int64_t head_dim, int elem_size,
                       std::initializer_list<RopeAccess> operands);
 
 /// Block of (bx, by, bz) threads: bx over the h / V pair vectors of a head (looping when there
-/// are more), by over the heads of q and k (looping), bz over tokens. The grid loops over tokens.
+/// are more), by over the heads of q and k in groups of kRopeHeadsPerThread (looping), bz over
+/// tokens. The grid loops over tokens.
 struct RopePlan {
   int vec = 1;
   int bx = 1, by = 1, bz = 1;
@@ -38,6 +39,8 @@ struct RopePlan {
 
 /// Threads per block the planner aims for.
 constexpr int kRopeBlockThreads = 256;
+/// Heads a thread loads before it rotates any of them (its loads in flight at once).
+constexpr int kRopeHeadsPerThread = 4;
 /// Largest grid launched (the kernel loops over the remaining token groups).
 constexpr int64_t kRopeMaxGrid = int64_t{1} << 30;
 

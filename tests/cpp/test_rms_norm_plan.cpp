@@ -62,6 +62,11 @@ TEST(CpuRmsNormPlan, PathsAndThreads) {
   p = plan_rms_norm(8192, 8);
   EXPECT_EQ(p.vpt, 4);
   EXPECT_EQ(p.threads, 256);
+  // With a residual a thread holds two values per element: twice the threads, half the vectors.
+  p = plan_rms_norm(8192, 8, 2, 2, true);
+  EXPECT_EQ(p.path, RmsNormPath::kBlockPerRow);
+  EXPECT_EQ(p.vpt, 2);
+  EXPECT_EQ(p.threads, 512);
   p = plan_rms_norm(4095, 8);  // ceil(4095 / 8) = 512 vectors
   EXPECT_EQ(p.path, RmsNormPath::kBlockPerRow);
   EXPECT_EQ(p.threads, 256);

@@ -57,29 +57,33 @@ TEST(CpuRopePlan, VectorWidthFromAlignment) {
 }
 
 TEST(CpuRopePlan, BlockShape) {
-  // Decode, 32 q + 8 kv heads, bf16 D 128: 8 pair vectors x 32 heads, one token.
+  // Decode, 32 q + 8 kv heads, bf16 D 128: 8 pair vectors x 10 groups of 4 heads, one token.
   RopePlan p = plan_rope(1, 40, 64, 8);
   EXPECT_EQ(p.vec, 8);
   EXPECT_EQ(p.bx, 8);
-  EXPECT_EQ(p.by, 32);
+  EXPECT_EQ(p.by, 10);
   EXPECT_EQ(p.bz, 1);
   EXPECT_EQ(p.grid, 1);
-  // Many tokens: one token per block of 256 threads.
+  // Many tokens: three tokens per block of 240 threads.
   p = plan_rope(65536, 40, 64, 8);
-  EXPECT_EQ(p.bx * p.by * p.bz, 256);
-  EXPECT_EQ(p.grid, 65536);
+  EXPECT_EQ(p.bx * p.by * p.bz, 240);
+  EXPECT_EQ(p.bz, 3);
+  EXPECT_EQ(p.grid, 21846);
   // Few heads and pairs: several tokens per block.
   p = plan_rope(1000, 8, 32, 8);
   EXPECT_EQ(p.bx, 4);
-  EXPECT_EQ(p.by, 8);
-  EXPECT_EQ(p.bz, 8);
-  EXPECT_EQ(p.grid, 125);
+  EXPECT_EQ(p.by, 2);
+  EXPECT_EQ(p.bz, 32);
+  EXPECT_EQ(p.grid, 32);
   // Many pair vectors (scalar D 512): 32 threads across, looping.
   p = plan_rope(10, 2, 256, 1);
   EXPECT_EQ(p.bx, 32);
-  EXPECT_EQ(p.by, 2);
-  EXPECT_EQ(p.bz, 4);
-  EXPECT_EQ(p.grid, 3);
+  EXPECT_EQ(p.by, 1);
+  EXPECT_EQ(p.bz, 8);
+  EXPECT_EQ(p.grid, 2);
+  // Many heads: by is capped by the block size, the kernel loops over the rest.
+  p = plan_rope(10, 1000, 64, 8);
+  EXPECT_EQ(p.by, 32);
   // The grid is capped; the kernel loops over the rest.
   p = plan_rope(int64_t{1} << 40, 40, 64, 8);
   EXPECT_EQ(p.grid, kRopeMaxGrid);
@@ -102,7 +106,7 @@ TEST(CpuRopePlan, ThreadsWithinLimits) {
           EXPECT_GE(p.bz, 1);
           EXPECT_LE(p.bx * p.by * p.bz, kRopeBlockThreads);
           EXPECT_LE(p.bz, 64);
-          EXPECT_LE(p.by, heads);
+          EXPECT_LE(p.by * kRopeHeadsPerThread, heads + kRopeHeadsPerThread - 1);
           EXPECT_LE(p.bx, 32);
           EXPECT_GE(p.grid * p.bz, tokens < kRopeMaxGrid ? tokens : kRopeMaxGrid);
         }

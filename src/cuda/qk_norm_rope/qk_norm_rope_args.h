@@ -17,10 +17,11 @@ struct QkNormRopeArgs {
   DType wq_dtype, wk_dtype;
   float eps;
   float weight_offset;
-  float* q_rstd;  // [T * Hq] (token-major), or nullptr
-  float* k_rstd;  // [T * Hk], or nullptr
-  int group;      // lanes per head vector: a power of two in [1, 32]
-  int slots;      // D / 2 channel pairs per head vector
+  float* q_rstd;         // [T * Hq] (token-major), or nullptr
+  float* k_rstd;         // [T * Hk], or nullptr
+  int group;             // lanes per head vector: a power of two in [1, 32]
+  int slots;             // D / 2 channel pairs per head vector
+  int groups_per_token;  // vector kernel: lane groups serving one token
 };
 
 }  // namespace ropenorm::cuda

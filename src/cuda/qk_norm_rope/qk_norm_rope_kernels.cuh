@@ -23,21 +23,23 @@
 // is safe. Element accesses are scalar (any alignment).
 //
 // Vector kernel (16-bit q/k, every operand aligned for 8-element vectors, D / 8 a power of two
-// <= 32, h = R / 2 a multiple of 8):
-//  - Token: block blockIdx.x owns token t = blockIdx.x, then every gridDim.x-th token. Every
-//    lane reads the token's position and its pairs' c_i, s_i once and reuses them for every head
-//    it processes (a lane's channels are the same in every head).
-//  - Head vector: group j of the block's gpb groups of G = D / 8 lanes owns heads j, j + gpb,
-//    ... of the token's Hq + Hk heads (q first, then k), two at a time (both loaded before
-//    either is computed).
+// <= 32, h = R / 2 a multiple of 8; KH heads per group):
+//  - Groups: G = D / 8 consecutive lanes of one warp form a group (G divides 32, so a group never
+//    straddles a warp); group j of the block serves token slot z = j / ng and head group
+//    u = j % ng (ng = groups per token, args.groups_per_token). Token slot z of block bx owns
+//    token t = bx * tpb + z, then every gridDim.x * tpb-th token (tpb = tokens per block).
+//  - Heads: head group u owns the KH consecutive heads u * KH .. u * KH + KH - 1 of the token's
+//    Hq + Hk heads (q first, then k), then the KH heads ng * KH further on, and so on. All KH
+//    heads' loads are issued before the position and cos/sin loads and before any arithmetic.
 //  - Channels: lane l of a group owns the 8 contiguous channels 8l .. 8l + 7 (one 16-byte load
-//    and store). The weight factors (w + o) of wq and wk are staged once per block in shared
-//    memory as fp32 (every thread writes a strided share, then one barrier). neox: the partner
-//    of channel c < h is c + h, held by lane l + h / 8 (and back); the lanes exchange their
-//    normalised values with __shfl_sync, so each lane rotates its own channels. gptj: pairs
-//    (2i, 2i + 1) lie inside a lane. Channels >= R pass through.
+//    and store). Each lane loads its 8 weight factors (w + o) of wq and wk once, into registers,
+//    and reads its pairs' c_i, s_i once per token. neox: the partner of channel c < h is c + h,
+//    held by lane l + h / 8 of the same group (and back); the lanes exchange their normalised
+//    values with __shfl_sync, so each lane rotates its own channels. gptj: pairs (2i, 2i + 1)
+//    lie inside a lane. Channels >= R pass through.
 //  - rms: lane's 8 squares in a fixed order, then a butterfly over the G lanes (every lane gets
-//    the same bits). Lane 0 of the group stores r.
+//    the same bits). Lane 0 of the group stores r. Every shuffle names only the group's lanes,
+//    which take the same branches (same token, same heads).
 // Each lane writes exactly the channels it read, after the whole head was read (the shuffles
 // carry values in registers), so in place is safe.
 #pragma once
@@ -59,8 +61,10 @@ constexpr int kQkNormRopeMaxThreads = 256;
 constexpr int kQkVecChannels = 8;
 /// Threads per block of the vector kernel at most.
 constexpr int kQkVecThreads = 256;
-/// Largest head_dim of the vector kernel (32 lanes of 8 channels).
-constexpr int kQkVecMaxDim = 32 * kQkVecChannels;
+/// Heads a lane group of the vector kernel loads before it computes any of them.
+constexpr int kQkVecHeadsPerGroup = 4;
+/// Blocks per multiprocessor the vector kernel's register budget is set for.
+constexpr int kQkVecMinBlocks = 2;
 
 /// Channel pair (ia, ib) of slot m.
 __device__ __forceinline__ void qk_slot_channels(const RopeKernelArgs& a, int m, int* ia, int* ib) {
@@ -170,14 +174,60 @@ __global__ void __launch_bounds__(kQkNormRopeMaxThreads)
   }
 }
 
+/// One lane's part of one head of the vector kernel: normalise with the group's rstd and the
+/// weight factors wq (is_q) or wk, rotate, store; stores r to rstd_out when it is not null.
 template <typename T>
-__global__ void __launch_bounds__(kQkVecThreads) qk_norm_rope_vec_kernel(const QkNormRopeArgs args) {
+__device__ __forceinline__ void qk_vec_head(const QkNormRopeArgs& args, const RawVec<T, 8>& xr,
+                                            bool is_q, const float (&wq)[8], const float (&wk)[8],
+                                            const float (&cc)[8], const float (&sn)[8],
+                                            unsigned mask, int g, int partner, bool rotary,
+                                            bool first, T* out, float* rstd_out) {
   constexpr int E = kQkVecChannels;
-  constexpr unsigned kFull = 0xffffffffu;
+  const RopeKernelArgs& a = args.rope;
+  float x[E];
+  widen<T, E>(xr, x);
+  float ss = 0.0f;
+#pragma unroll
+  for (int i = 0; i < E; ++i) ss = __fmaf_rn(x[i], x[i], ss);
+  for (int off = g >> 1; off > 0; off >>= 1) ss += __shfl_xor_sync(mask, ss, off);
+  const float r = rms_rstd(ss, a.head_dim, args.eps);
+  float n[E], y[E];
+#pragma unroll
+  for (int i = 0; i < E; ++i) n[i] = rms_apply_exact(x[i], r, is_q ? wq[i] : wk[i]);
+  if (a.gptj) {
+#pragma unroll
+    for (int k = 0; k < E / 2; ++k) {
+      y[2 * k] = n[2 * k];
+      y[2 * k + 1] = n[2 * k + 1];
+      if (rotary) {
+        rope_rotate_pair(n[2 * k], n[2 * k + 1], cc[k], sn[k], &y[2 * k], &y[2 * k + 1]);
+      }
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < E; ++i) {
+      // The lane's own output of rope_rotate_pair(a, b): a' = a c - b s (first half) or
+      // b' = a s + b c (second half), with a, b the pair's values.
+      const float pn = __shfl_sync(mask, n[i], partner);
+      y[i] = first ? rope_diff_of_products(n[i], cc[i], pn, sn[i])
+                   : rope_diff_of_products(pn, sn[i], -n[i], cc[i]);
+      if (!rotary) y[i] = n[i];
+    }
+  }
+  store_pack<T, E>(out, y);
+  if (rstd_out != nullptr) *rstd_out = r;
+}
+
+/// KH heads per group; at least kMinBlocks blocks resident per multiprocessor.
+template <typename T, int KH, int kMinBlocks>
+__global__ void __launch_bounds__(kQkVecThreads, kMinBlocks)
+    qk_norm_rope_vec_kernel(const QkNormRopeArgs args) {
+  constexpr int E = kQkVecChannels;
   const RopeKernelArgs& a = args.rope;
   const int g = args.group;  // D / 8 lanes per head vector
   const int lane = threadIdx.x & 31;
   const int sub = lane & (g - 1);
+  const unsigned mask = g == 32 ? 0xffffffffu : ((1u << g) - 1u) << (lane & ~(g - 1));
   const int c0 = sub * E;
   const bool rotary = c0 < 2 * a.half;
   const bool first = c0 < a.half;
@@ -185,98 +235,88 @@ __global__ void __launch_bounds__(kQkVecThreads) qk_norm_rope_vec_kernel(const Q
   const int partner = a.gptj || !rotary ? lane : (lane & ~(g - 1)) | (first ? sub + hl : sub - hl);
   const int i0 = a.gptj ? c0 / 2 : (first ? c0 : c0 - a.half);
   const int heads = a.hq + a.hk;
-  const int gpb = blockDim.x / g;
+  const int ng = args.groups_per_token;
   const int gi = threadIdx.x / g;
+  const int z = gi / ng;
+  const int hfirst = (gi - z * ng) * KH;
+  const int hstep = ng * KH;
+  const int tpb = blockDim.x / (g * ng);
+  const bool want_q_rstd = args.q_rstd != nullptr && sub == 0;
+  const bool want_k_rstd = args.k_rstd != nullptr && sub == 0;
 
-  __shared__ __align__(16) float w_smem[2][kQkVecMaxDim];
   griddep_wait();
-  for (int j = threadIdx.x; j < a.head_dim; j += blockDim.x) {
-    w_smem[0][j] = load_dyn(args.wq, args.wq_dtype, j) + args.weight_offset;
-    w_smem[1][j] = load_dyn(args.wk, args.wk_dtype, j) + args.weight_offset;
+  float wq[E], wk[E];  // element loads: the weights need no alignment
+#pragma unroll
+  for (int i = 0; i < E; ++i) {
+    wq[i] = load_dyn(args.wq, args.wq_dtype, c0 + i) + args.weight_offset;
+    wk[i] = load_dyn(args.wk, args.wk_dtype, c0 + i) + args.weight_offset;
   }
-  __syncthreads();
 
-  for (int64_t t = blockIdx.x; t < a.tokens; t += gridDim.x) {
+  for (int64_t t = static_cast<int64_t>(blockIdx.x) * tpb + z; t < a.tokens;
+       t += static_cast<int64_t>(gridDim.x) * tpb) {
     const int64_t b = t / a.seq;
     const int64_t s = t - b * a.seq;
-    // This lane's c_i and s_i, once per token (pass-through lanes keep 1 and 0, unused).
+    const RopeTokenPtrs<T> tp = rope_token_ptrs<T>(a, b, s);
+    // This lane's c_i and s_i, once per token (pass-through lanes keep 1 and 0, unused);
+    // computed ones before the head loads, loaded ones after them.
     float cc[E], sn[E];
 #pragma unroll
     for (int i = 0; i < E; ++i) {
       cc[i] = 1.0f;
       sn[i] = 0.0f;
     }
-    if (rotary) {
-      const int64_t p = a.source == RopeSource::kGathered ? 0 : rope_position(a, b, s);
+    const bool computed = a.source == RopeSource::kInvFreq;
+    if (rotary && computed) {
+      const int64_t p = rope_position(a, b, s);
       if (a.gptj) {
         float c4[E / 2], s4[E / 2];
-        rope_cos_sin<E / 2>(a, p, b, s, i0, c4, s4);
+        rope_cos_sin_computed<E / 2>(a, p, i0, c4, s4);
 #pragma unroll
         for (int k = 0; k < E / 2; ++k) {
           cc[k] = c4[k];
           sn[k] = s4[k];
         }
       } else {
-        rope_cos_sin<E>(a, p, b, s, i0, cc, sn);
+        rope_cos_sin_computed<E>(a, p, i0, cc, sn);
       }
     }
-
-    for (int h0 = gi; h0 < heads; h0 += 2 * gpb) {
-      RawVec<T, E> xr[2];
-      int hh[2];
+    for (int h0 = hfirst; h0 < heads; h0 += hstep) {
+      RawVec<T, E> xr[KH];
 #pragma unroll
-      for (int u = 0; u < 2; ++u) {
-        hh[u] = h0 + u * gpb;
-#pragma unroll
-        for (int i = 0; i < E; ++i) xr[u].v[i] = 0;
-        if (hh[u] < heads) {
-          const bool is_q = hh[u] < a.hq;
-          const T* x = rope_head_ptr<T>(is_q ? a.q : a.k, b, s, is_q ? hh[u] : hh[u] - a.hq);
+      for (int u = 0; u < KH; ++u) {
+        const int hh = h0 + u;
+        if (hh < heads) {
+          const T* x = hh < a.hq ? tp.q + hh * a.q.sh : tp.k + (hh - a.hq) * a.k.sh;
           load_raw<T, E>(x + c0, xr[u]);
         }
       }
-#pragma unroll
-      for (int u = 0; u < 2; ++u) {
-        float x[E];
-        widen<T, E>(xr[u], x);
-        float ss = 0.0f;
-#pragma unroll
-        for (int i = 0; i < E; ++i) ss = __fmaf_rn(x[i], x[i], ss);
-        for (int off = g >> 1; off > 0; off >>= 1) ss += __shfl_xor_sync(kFull, ss, off);
-        const float r = rms_rstd(ss, a.head_dim, args.eps);
-        const bool is_q = hh[u] < a.hq;
-        const float4* w4 = reinterpret_cast<const float4*>(&w_smem[is_q ? 0 : 1][c0]);
-        const float4 wa = w4[0], wb = w4[1];
-        const float w[E] = {wa.x, wa.y, wa.z, wa.w, wb.x, wb.y, wb.z, wb.w};
-        float n[E], y[E];
-#pragma unroll
-        for (int i = 0; i < E; ++i) n[i] = rms_apply_exact(x[i], r, w[i]);
+      if (h0 == hfirst && rotary && !computed) {
+        const int64_t p = a.source == RopeSource::kGathered ? 0 : rope_position(a, b, s);
         if (a.gptj) {
+          float c4[E / 2], s4[E / 2];
+          rope_cos_sin_loaded<E / 2>(a, p, b, s, i0, c4, s4);
 #pragma unroll
           for (int k = 0; k < E / 2; ++k) {
-            y[2 * k] = n[2 * k];
-            y[2 * k + 1] = n[2 * k + 1];
-            if (rotary) {
-              rope_rotate_pair(n[2 * k], n[2 * k + 1], cc[k], sn[k], &y[2 * k], &y[2 * k + 1]);
-            }
+            cc[k] = c4[k];
+            sn[k] = s4[k];
           }
         } else {
-#pragma unroll
-          for (int i = 0; i < E; ++i) {
-            // The lane's own output of rope_rotate_pair(a, b): a' = a c - b s (first half) or
-            // b' = a s + b c (second half), with a, b the pair's values.
-            const float pn = __shfl_sync(kFull, n[i], partner);
-            y[i] = first ? rope_diff_of_products(n[i], cc[i], pn, sn[i])
-                         : rope_diff_of_products(pn, sn[i], -n[i], cc[i]);
-            if (!rotary) y[i] = n[i];
-          }
+          rope_cos_sin_loaded<E>(a, p, b, s, i0, cc, sn);
         }
-        if (hh[u] < heads) {
-          const int local = is_q ? hh[u] : hh[u] - a.hq;
-          T* out = const_cast<T*>(rope_head_ptr<T>(is_q ? a.q_out : a.k_out, b, s, local));
-          store_pack<T, E>(out + c0, y);
-          float* rs = is_q ? args.q_rstd : args.k_rstd;
-          if (sub == 0 && rs != nullptr) rs[t * (is_q ? a.hq : a.hk) + local] = r;
+      }
+#pragma unroll
+      for (int u = 0; u < KH; ++u) {
+        const int hh = h0 + u;
+        if (hh < heads) {
+          const bool is_q = hh < a.hq;
+          const int local = is_q ? hh : hh - a.hq;
+          T* out = is_q ? tp.q_out + local * a.q_out.sh : tp.k_out + local * a.k_out.sh;
+          float* rs = nullptr;
+          if (is_q ? want_q_rstd : want_k_rstd) {
+            rs = (is_q ? args.q_rstd : args.k_rstd) + t * (is_q ? a.hq : a.hk) + local;
+          }
+          qk_vec_head<T>(args, xr[u], is_q, wq, wk, cc, sn, mask, g, partner, rotary, first,
+                         out + c0, rs);
         }
       }
     }

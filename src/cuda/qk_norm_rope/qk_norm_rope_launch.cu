@@ -85,14 +85,19 @@ Status qk_norm_rope(const TensorRef& q, const TensorRef& k, const TensorRef& wq,
   const int64_t heads = g.hq + g.hk;
   const int64_t vec_lanes = g.head_dim / cuda::kQkVecChannels;
   plan.vector = dtype_size(q.dtype) == 2 &&
-                cuda::rope_access_width(c.rope, g, a) == cuda::kQkVecChannels &&
-                vec_lanes <= 32 && (vec_lanes & (vec_lanes - 1)) == 0;
+                cuda::rope_access_width(c.rope, g, a) == cuda::kQkVecChannels && vec_lanes <= 32 &&
+                (vec_lanes & (vec_lanes - 1)) == 0;
   if (plan.vector) {
-    // Enough groups for all of a token's heads at two per group, at most kQkVecThreads.
+    // Groups of kQkVecHeadsPerGroup heads, enough for all of a token's heads (at most a block),
+    // and as many tokens per block as fit in kQkVecThreads.
     qa.group = static_cast<int>(vec_lanes);
-    const int64_t want = (heads + 1) / 2 * vec_lanes;
-    plan.threads = static_cast<int>(std::min<int64_t>(cuda::kQkVecThreads, (want + 31) / 32 * 32));
-    plan.grid = std::min<int64_t>(g.tokens, kMaxGrid);
+    const int64_t max_groups = cuda::kQkVecThreads / vec_lanes;
+    const int64_t ng = std::min<int64_t>(
+        max_groups, (heads + cuda::kQkVecHeadsPerGroup - 1) / cuda::kQkVecHeadsPerGroup);
+    const int64_t tpb = std::min<int64_t>(max_groups / ng, g.tokens);
+    qa.groups_per_token = static_cast<int>(ng);
+    plan.threads = static_cast<int>(tpb * ng * vec_lanes);
+    plan.grid = std::min<int64_t>((g.tokens + tpb - 1) / tpb, kMaxGrid);
   } else {
     qa.group = group_for(qa.slots);
     const int need = (qa.slots + qa.group - 1) / qa.group;

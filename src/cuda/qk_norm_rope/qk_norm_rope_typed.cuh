@@ -23,14 +23,14 @@ Status launch_qk_norm_rope_typed(const QkNormRopeArgs& a, const QkNormRopePlan& 
   const dim3 grid(static_cast<unsigned>(plan.grid));
   const dim3 block(static_cast<unsigned>(plan.threads));
   cudaError_t err = cudaSuccess;
-  bool vector_done = false;
-  if constexpr (sizeof(T) == 2) {
-    if (plan.vector) {
-      err = launch_with_pdl(qk_norm_rope_vec_kernel<T>, grid, block, 0, stream, a);
-      vector_done = true;
+  if (plan.vector) {
+    if constexpr (sizeof(T) == 2) {
+      err = launch_with_pdl(qk_norm_rope_vec_kernel<T, kQkVecHeadsPerGroup, kQkVecMinBlocks>, grid,
+                            block, 0, stream, a);
+    } else {
+      return Status(StatusCode::kUnsupported, "qk_norm_rope: no vector kernel for 32-bit q/k");
     }
-  }
-  if (!vector_done) {
+  } else {
     switch (plan.slots_per_lane) {
       case 1:
         err = launch_with_pdl(qk_norm_rope_kernel<T, 1>, grid, block, 0, stream, a);

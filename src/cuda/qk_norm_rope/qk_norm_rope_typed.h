@@ -13,7 +13,7 @@ namespace ropenorm::cuda {
 struct QkNormRopePlan {
   bool vector = false;     ///< the 16-byte vector kernel (see qk_norm_rope_kernels.cuh)
   int slots_per_lane = 1;  ///< KS: 1, 2, 4 or 8 (scalar kernel)
-  int threads = 32;        ///< a multiple of 32, at most kQkNormRopeMaxThreads
+  int threads = 32;        ///< at most kQkNormRopeMaxThreads (scalar kernel: a multiple of 32)
   int64_t grid = 1;        ///< blocks (each loops over its tokens)
 };
 

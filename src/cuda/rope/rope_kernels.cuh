@@ -1,6 +1,7 @@
 // RoPE forward / inverse kernel.
 //
-// Ownership (block (bx, by, bz), grid over token groups, V = the plan's vector width):
+// Ownership (block (bx, by, bz), grid over token groups, V = the plan's vector width,
+// KH = kRopeHeadsPerThread):
 //  - Token: threadIdx.z picks token t = blockIdx.x * bz + threadIdx.z, then every
 //    gridDim.x * bz-th token after it (grid-stride loop). Every thread of that (z) slice reads
 //    the token's position itself (one broadcast load; explicit, or arange + offset + the
@@ -8,23 +9,28 @@
 //  - Pairs: threadIdx.x owns the pair vectors j = threadIdx.x, threadIdx.x + bx, ... (pair
 //    indices i0 = j * V .. i0 + V - 1). For each j it loads (or computes) c_i and s_i of its V
 //    pairs ONCE and keeps them in registers for all the heads it rotates.
-//  - Heads: threadIdx.y owns heads threadIdx.y, threadIdx.y + by, ... of the Hq + Hk heads of
-//    q then k, two at a time (both heads' loads in flight before either is rotated and stored).
-//    A thread rotates the same pairs in each of its heads: neox reads the V-vectors at channels
-//    i0 and h + i0, gptj the V-vectors at channels 2 * i0 and 2 * i0 + V (V pairs interleaved).
+//  - Heads: threadIdx.y owns the KH consecutive heads y * KH .. y * KH + KH - 1 of the Hq + Hk
+//    heads of q then k, then the KH heads by * KH further on, and so on. All KH heads' loads
+//    are issued before the position and cos/sin loads and before any rotation, so a thread has
+//    2 * KH independent vector loads in flight. A thread rotates the same pairs in each of its
+//    heads: neox reads the V-vectors at channels i0 and h + i0, gptj the V-vectors at channels
+//    2 * i0 and 2 * i0 + V (V pairs interleaved).
 //  - Pass-through channels R .. D - 1 (out of place only): the block slice's bx * by threads
 //    share them, flat index over (head, tail vector), copied as raw bits.
 // Every output element is written by exactly the thread that read the matching input element,
 // after reading it, so out == in (in place) is safe; distinct heads never share memory
-// (validated), so a thread may read its second head before storing its first.
+// (validated), so a thread may read its other heads before storing its first.
 // Vector width V > 1 is used only when the launcher checked that every base and stride is
 // aligned for it; V = 1 is the scalar path (any alignment, e.g. a storage offset of 1 element).
+// The kernel is launched with programmatic dependent launch: it waits for the previous kernel
+// on the stream before its first global memory access.
 #pragma once
 
 #include <cstdint>
 
 #include "core/rope_plan.h"
 #include "cuda/common/dtype.cuh"
+#include "cuda/common/pdl.cuh"
 #include "cuda/rope/rope_args.h"
 #include "cuda/rope/rope_math.cuh"
 
@@ -46,36 +52,60 @@ __device__ __forceinline__ int64_t rope_position(const RopeKernelArgs& a, int64_
   return p;
 }
 
+/// Negates s_i for the inverse rotation.
+template <int V>
+__device__ __forceinline__ void rope_apply_direction(const RopeKernelArgs& a, float (&sn)[V]) {
+  if (a.inverse) {
+#pragma unroll
+    for (int k = 0; k < V; ++k) sn[k] = -sn[k];
+  }
+}
+
+/// kInvFreq source: c_i and s_i of pairs i0 .. i0 + V - 1 at position p, computed in fp32
+/// (s_i negated for the inverse rotation).
+template <int V>
+__device__ __forceinline__ void rope_cos_sin_computed(const RopeKernelArgs& a, int64_t p, int i0,
+                                                      float (&c)[V], float (&sn)[V]) {
+  const float pf = static_cast<float>(p);  // round to nearest, as torch's position.float()
+#pragma unroll
+  for (int k = 0; k < V; ++k) {
+    const float angle = __fmul_rn(pf, a.inv_freq[i0 + k]);
+    float sv, cv;
+    sincosf(angle, &sv, &cv);
+    c[k] = cv * a.scaling;
+    sn[k] = sv * a.scaling;
+  }
+  rope_apply_direction<V>(a, sn);
+}
+
+/// Table sources (kCache, kTable, kGathered): c_i and s_i of pairs i0 .. i0 + V - 1 of token
+/// (b, s) at position p, loaded (s_i negated for the inverse rotation).
+template <int V>
+__device__ __forceinline__ void rope_cos_sin_loaded(const RopeKernelArgs& a, int64_t p, int64_t b,
+                                                    int64_t s, int i0, float (&c)[V],
+                                                    float (&sn)[V]) {
+  int64_t co, so;
+  if (a.source == RopeSource::kGathered) {
+    co = b * a.cos_sb + s * a.cos_ss;
+    so = b * a.sin_sb + s * a.sin_ss;
+  } else {
+    co = p * a.cos_row;
+    so = p * a.sin_row;
+  }
+  load_pack_dyn<V>(a.cos, a.cs_dtype, co + i0, c);
+  load_pack_dyn<V>(a.sin, a.cs_dtype, so + i0, sn);
+  rope_apply_direction<V>(a, sn);
+}
+
 /// c_i and s_i (s_i negated for the inverse rotation) of pairs i0 .. i0 + V - 1 of token (b, s)
-/// at position p.
+/// at position p, from whichever source the arguments name.
 template <int V>
 __device__ __forceinline__ void rope_cos_sin(const RopeKernelArgs& a, int64_t p, int64_t b,
                                              int64_t s, int i0, float (&c)[V], float (&sn)[V]) {
   if (a.source == RopeSource::kInvFreq) {
-    const float pf = static_cast<float>(p);  // round to nearest, as torch's position.float()
-#pragma unroll
-    for (int k = 0; k < V; ++k) {
-      const float angle = __fmul_rn(pf, a.inv_freq[i0 + k]);
-      float sv, cv;
-      sincosf(angle, &sv, &cv);
-      c[k] = cv * a.scaling;
-      sn[k] = sv * a.scaling;
-    }
+    rope_cos_sin_computed<V>(a, p, i0, c, sn);
   } else {
-    int64_t co, so;
-    if (a.source == RopeSource::kGathered) {
-      co = b * a.cos_sb + s * a.cos_ss;
-      so = b * a.sin_sb + s * a.sin_ss;
-    } else {
-      co = p * a.cos_row;
-      so = p * a.sin_row;
-    }
-    load_pack_dyn<V>(a.cos, a.cs_dtype, co + i0, c);
-    load_pack_dyn<V>(a.sin, a.cs_dtype, so + i0, sn);
-  }
-  if (a.inverse) {
-#pragma unroll
-    for (int k = 0; k < V; ++k) sn[k] = -sn[k];
+    rope_cos_sin_loaded<V>(a, p, b, s, i0, c, sn);
   }
 }
 
@@ -91,10 +121,31 @@ __device__ __forceinline__ const T* rope_head_ptr(const RopeOperand& op, int64_t
   return static_cast<const T*>(op.data) + b * op.sb + s * op.ss + head * op.sh;
 }
 
+/// Token (b, s)'s base pointers of q, k, q_out and k_out (head 0, channel 0); k's are null
+/// when k is absent.
+template <typename T>
+struct RopeTokenPtrs {
+  const T* q;
+  const T* k;
+  T* q_out;
+  T* k_out;
+};
+
+template <typename T>
+__device__ __forceinline__ RopeTokenPtrs<T> rope_token_ptrs(const RopeKernelArgs& a, int64_t b,
+                                                            int64_t s) {
+  RopeTokenPtrs<T> p;
+  p.q = rope_head_ptr<T>(a.q, b, s, 0);
+  p.q_out = const_cast<T*>(rope_head_ptr<T>(a.q_out, b, s, 0));
+  p.k = a.hk > 0 ? rope_head_ptr<T>(a.k, b, s, 0) : nullptr;
+  p.k_out = a.hk > 0 ? const_cast<T*>(rope_head_ptr<T>(a.k_out, b, s, 0)) : nullptr;
+  return p;
+}
+
 template <typename T, int V>
-__device__ __forceinline__ void rope_load_head(const RopeKernelArgs& a, int64_t b, int64_t s,
+__device__ __forceinline__ void rope_load_head(const RopeKernelArgs& a, const RopeTokenPtrs<T>& tp,
                                                int hh, int oa, int ob, RopeHeadRegs<T, V>& regs) {
-  const T* x = hh < a.hq ? rope_head_ptr<T>(a.q, b, s, hh) : rope_head_ptr<T>(a.k, b, s, hh - a.hq);
+  const T* x = hh < a.hq ? tp.q + hh * a.q.sh : tp.k + (hh - a.hq) * a.k.sh;
   load_raw<T, V>(x + oa, regs.x0);
   load_raw<T, V>(x + ob, regs.x1);
 }
@@ -107,7 +158,7 @@ __device__ __forceinline__ float& rope_pick(float (&x0)[V], float (&x1)[V], int 
 }
 
 template <typename T, int V>
-__device__ __forceinline__ void rope_store_head(const RopeKernelArgs& a, int64_t b, int64_t s,
+__device__ __forceinline__ void rope_store_head(const RopeKernelArgs& a, const RopeTokenPtrs<T>& tp,
                                                 int hh, int oa, int ob,
                                                 const RopeHeadRegs<T, V>& regs, const float (&c)[V],
                                                 const float (&sn)[V]) {
@@ -134,8 +185,7 @@ __device__ __forceinline__ void rope_store_head(const RopeKernelArgs& a, int64_t
       x1[k] = yb;
     }
   }
-  const RopeOperand& out = hh < a.hq ? a.q_out : a.k_out;
-  T* y = const_cast<T*>(rope_head_ptr<T>(out, b, s, hh < a.hq ? hh : hh - a.hq));
+  T* y = hh < a.hq ? tp.q_out + hh * a.q_out.sh : tp.k_out + (hh - a.hq) * a.k_out.sh;
   store_pack<T, V>(y + oa, x0);
   store_pack<T, V>(y + ob, x1);
 }
@@ -151,35 +201,70 @@ __device__ __forceinline__ void rope_copy_raw(const T* src, T* dst) {
   }
 }
 
-template <typename T, int V>
-__global__ void __launch_bounds__(core::kRopeBlockThreads) rope_kernel(const RopeKernelArgs a) {
+/// Loads heads h0 .. h0 + KH - 1 (those < heads) of token (b, s): all loads in flight at once.
+template <typename T, int V, int KH>
+__device__ __forceinline__ void rope_load_heads(const RopeKernelArgs& a, const RopeTokenPtrs<T>& tp,
+                                                int h0, int heads, int oa, int ob,
+                                                RopeHeadRegs<T, V> (&regs)[KH]) {
+#pragma unroll
+  for (int u = 0; u < KH; ++u) {
+    if (h0 + u < heads) rope_load_head<T, V>(a, tp, h0 + u, oa, ob, regs[u]);
+  }
+}
+
+/// Rotates and stores the heads rope_load_heads loaded.
+template <typename T, int V, int KH>
+__device__ __forceinline__ void rope_store_heads(const RopeKernelArgs& a,
+                                                 const RopeTokenPtrs<T>& tp, int h0, int heads,
+                                                 int oa, int ob,
+                                                 const RopeHeadRegs<T, V> (&regs)[KH],
+                                                 const float (&c)[V], const float (&sn)[V]) {
+#pragma unroll
+  for (int u = 0; u < KH; ++u) {
+    if (h0 + u < heads) rope_store_head<T, V>(a, tp, h0 + u, oa, ob, regs[u], c, sn);
+  }
+}
+
+/// KH heads per thread; at least kMinBlocks blocks resident per multiprocessor (the register
+/// budget).
+template <typename T, int V, int KH, int kMinBlocks>
+__global__ void __launch_bounds__(core::kRopeBlockThreads, kMinBlocks)
+    rope_kernel(const RopeKernelArgs a) {
   const int nvp = a.half / V;
   const int heads = a.hq + a.hk;
   const int rot = 2 * a.half;
   const int ntail = (a.head_dim - rot) / V;
   const bool any_tail = ntail > 0 && (a.copy_q_tail || a.copy_k_tail);
-  const int hstep = blockDim.y;
+  const int hstep = blockDim.y * KH;
+  const int hfirst = threadIdx.y * KH;
   const int64_t tstep = static_cast<int64_t>(gridDim.x) * blockDim.z;
+  griddep_wait();
 
   for (int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.z + threadIdx.z; t < a.tokens;
        t += tstep) {
     const int64_t b = t / a.seq;
     const int64_t s = t - b * a.seq;
-    const int64_t p = a.source == RopeSource::kGathered ? 0 : rope_position(a, b, s);
+    const RopeTokenPtrs<T> tp = rope_token_ptrs<T>(a, b, s);
 
     for (int j = threadIdx.x; j < nvp; j += blockDim.x) {
       const int i0 = j * V;
-      float c[V], sn[V];
-      rope_cos_sin<V>(a, p, b, s, i0, c, sn);
       const int oa = a.gptj ? 2 * i0 : i0;
       const int ob = a.gptj ? 2 * i0 + V : a.half + i0;
-      for (int hh = threadIdx.y; hh < heads; hh += 2 * hstep) {
-        const int h2 = hh + hstep;
-        RopeHeadRegs<T, V> r1, r2;
-        rope_load_head<T, V>(a, b, s, hh, oa, ob, r1);
-        if (h2 < heads) rope_load_head<T, V>(a, b, s, h2, oa, ob, r2);
-        rope_store_head<T, V>(a, b, s, hh, oa, ob, r1, c, sn);
-        if (h2 < heads) rope_store_head<T, V>(a, b, s, h2, oa, ob, r2, c, sn);
+      // Computed cos/sin (register-hungry) before the head loads; loaded cos/sin after them,
+      // so their latency overlaps the head loads'.
+      const bool computed = a.source == RopeSource::kInvFreq;
+      float c[V], sn[V];
+      if (computed) rope_cos_sin_computed<V>(a, rope_position(a, b, s), i0, c, sn);
+      RopeHeadRegs<T, V> regs[KH];
+      rope_load_heads<T, V, KH>(a, tp, hfirst, heads, oa, ob, regs);
+      if (!computed) {
+        const int64_t p = a.source == RopeSource::kGathered ? 0 : rope_position(a, b, s);
+        rope_cos_sin_loaded<V>(a, p, b, s, i0, c, sn);
+      }
+      rope_store_heads<T, V, KH>(a, tp, hfirst, heads, oa, ob, regs, c, sn);
+      for (int h0 = hfirst + hstep; h0 < heads; h0 += hstep) {
+        rope_load_heads<T, V, KH>(a, tp, h0, heads, oa, ob, regs);
+        rope_store_heads<T, V, KH>(a, tp, h0, heads, oa, ob, regs, c, sn);
       }
     }
 

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "core/rope_plan.h"
+#include "cuda/common/pdl.cuh"
 #include "cuda/rope/rope_kernels.cuh"
 #include "cuda/rope/rope_typed.h"
 #include "ropenorm/status.h"
@@ -18,11 +19,15 @@ namespace ropenorm::cuda {
 
 namespace detail {
 
+/// Blocks per multiprocessor the RoPE kernel's register budget is set for.
+constexpr int kRopeMinBlocks = 2;
+
 template <typename T, int V>
-void launch_rope_vec(const RopeKernelArgs& a, const core::RopePlan& p, cudaStream_t s) {
+cudaError_t launch_rope_vec(const RopeKernelArgs& a, const core::RopePlan& p, cudaStream_t s) {
   const dim3 block(static_cast<unsigned>(p.bx), static_cast<unsigned>(p.by),
                    static_cast<unsigned>(p.bz));
-  rope_kernel<T, V><<<static_cast<unsigned>(p.grid), block, 0, s>>>(a);
+  return launch_with_pdl(rope_kernel<T, V, core::kRopeHeadsPerThread, kRopeMinBlocks>,
+                         dim3(static_cast<unsigned>(p.grid)), block, 0, s, a);
 }
 
 }  // namespace detail
@@ -31,20 +36,22 @@ template <typename T>
 Status launch_rope_typed(const RopeKernelArgs& a, const core::RopePlan& plan, cudaStream_t stream) {
   constexpr int kVec = 16 / static_cast<int>(sizeof(T));
   constexpr int kHalfVec = kVec > 4 ? 4 : 1;  // 16-bit types: 8, 4, 2, 1; f32: 4, 2, 1
+  cudaError_t err = cudaSuccess;
   if (plan.vec == kVec) {
-    detail::launch_rope_vec<T, kVec>(a, plan, stream);
+    err = detail::launch_rope_vec<T, kVec>(a, plan, stream);
   } else if (kHalfVec == 4 && plan.vec == 4) {
-    detail::launch_rope_vec<T, kHalfVec>(a, plan, stream);
+    err = detail::launch_rope_vec<T, kHalfVec>(a, plan, stream);
   } else if (plan.vec == 2) {
-    detail::launch_rope_vec<T, 2>(a, plan, stream);
+    err = detail::launch_rope_vec<T, 2>(a, plan, stream);
   } else if (plan.vec == 1) {
-    detail::launch_rope_vec<T, 1>(a, plan, stream);
+    err = detail::launch_rope_vec<T, 1>(a, plan, stream);
   } else {
     return Status(StatusCode::kUnsupported,
                   "rope: no kernel for vector width " + std::to_string(plan.vec));
   }
-  const cudaError_t err = cudaGetLastError();
+  if (err == cudaSuccess) err = cudaGetLastError();
   if (err != cudaSuccess) {
+    cudaGetLastError();
     return Status(StatusCode::kDeviceError,
                   std::string("rope: kernel launch failed: ") + cudaGetErrorString(err));
   }
