@@ -49,6 +49,7 @@ RopePlan plan_rope(int64_t tokens, int64_t heads, int64_t half, int vec) {
   if (grid > kRopeMaxGrid) grid = kRopeMaxGrid;
   if (grid < 1) grid = 1;
   p.grid = grid;
+  p.single = grid * p.bz >= tokens && p.bx >= nvp && p.by * kRopeHeadsPerThread >= heads;
   return p;
 }
 

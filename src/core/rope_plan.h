@@ -35,12 +35,15 @@ struct RopePlan {
   int vec = 1;
   int bx = 1, by = 1, bz = 1;
   int64_t grid = 1;
+  /// Every thread has one token, one pair vector and one round of heads (the kernel compiles
+  /// no loops): grid * bz >= T, bx >= h / V and by * kRopeHeadsPerThread >= Hq + Hk.
+  bool single = false;
 };
 
 /// Threads per block the planner aims for.
 constexpr int kRopeBlockThreads = 256;
 /// Heads a thread loads before it rotates any of them (its loads in flight at once).
-constexpr int kRopeHeadsPerThread = 4;
+constexpr int kRopeHeadsPerThread = 2;
 /// Largest grid launched (the kernel loops over the remaining token groups).
 constexpr int64_t kRopeMaxGrid = int64_t{1} << 30;
 

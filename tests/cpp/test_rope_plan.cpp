@@ -57,24 +57,24 @@ TEST(CpuRopePlan, VectorWidthFromAlignment) {
 }
 
 TEST(CpuRopePlan, BlockShape) {
-  // Decode, 32 q + 8 kv heads, bf16 D 128: 8 pair vectors x 10 groups of 4 heads, one token.
+  // Decode, 32 q + 8 kv heads, bf16 D 128: 8 pair vectors x 20 pairs of heads, one token.
   RopePlan p = plan_rope(1, 40, 64, 8);
   EXPECT_EQ(p.vec, 8);
   EXPECT_EQ(p.bx, 8);
-  EXPECT_EQ(p.by, 10);
+  EXPECT_EQ(p.by, 20);
   EXPECT_EQ(p.bz, 1);
   EXPECT_EQ(p.grid, 1);
-  // Many tokens: three tokens per block of 240 threads.
+  // Many tokens: one token per block of 160 threads.
   p = plan_rope(65536, 40, 64, 8);
-  EXPECT_EQ(p.bx * p.by * p.bz, 240);
-  EXPECT_EQ(p.bz, 3);
-  EXPECT_EQ(p.grid, 21846);
+  EXPECT_EQ(p.bx * p.by * p.bz, 160);
+  EXPECT_EQ(p.bz, 1);
+  EXPECT_EQ(p.grid, 65536);
   // Few heads and pairs: several tokens per block.
   p = plan_rope(1000, 8, 32, 8);
   EXPECT_EQ(p.bx, 4);
-  EXPECT_EQ(p.by, 2);
-  EXPECT_EQ(p.bz, 32);
-  EXPECT_EQ(p.grid, 32);
+  EXPECT_EQ(p.by, 4);
+  EXPECT_EQ(p.bz, 16);
+  EXPECT_EQ(p.grid, 63);
   // Many pair vectors (scalar D 512): 32 threads across, looping.
   p = plan_rope(10, 2, 256, 1);
   EXPECT_EQ(p.bx, 32);
@@ -84,6 +84,7 @@ TEST(CpuRopePlan, BlockShape) {
   // Many heads: by is capped by the block size, the kernel loops over the rest.
   p = plan_rope(10, 1000, 64, 8);
   EXPECT_EQ(p.by, 32);
+  EXPECT_FALSE(p.single);
   // The grid is capped; the kernel loops over the rest.
   p = plan_rope(int64_t{1} << 40, 40, 64, 8);
   EXPECT_EQ(p.grid, kRopeMaxGrid);
@@ -92,6 +93,26 @@ TEST(CpuRopePlan, BlockShape) {
   EXPECT_EQ(p.bz, 3);
   p = plan_rope(1000, 1, 1, 1);
   EXPECT_EQ(p.bz, 64);
+}
+
+TEST(CpuRopePlan, SingleRoundWhenEveryThreadHasOneTokenOnePairVectorOneRoundOfHeads) {
+  // The standard shapes with D = 64 and 128: one token per block slice, every pair vector and
+  // head covered.
+  for (int64_t tokens : {1, 64, 1024, 65536}) {
+    for (int64_t half : {32, 64}) {
+      const RopePlan p = plan_rope(tokens, 40, half, 8);
+      EXPECT_TRUE(p.single) << tokens << " " << half;
+      EXPECT_GE(p.grid * p.bz, tokens);
+      EXPECT_GE(p.by * kRopeHeadsPerThread, 40);
+      EXPECT_GE(p.bx * 8, half);
+    }
+  }
+  // D = 256 (16 pair vectors): 16 rows of 2 heads cover 32 of the 40 heads; a second round.
+  EXPECT_FALSE(plan_rope(1024, 40, 128, 8).single);
+  // More pair vectors than a block row (scalar D 512): the kernel loops over them.
+  EXPECT_FALSE(plan_rope(10, 2, 256, 1).single);
+  // More tokens than the largest grid covers: the grid loops.
+  EXPECT_FALSE(plan_rope(int64_t{1} << 40, 40, 64, 8).single);
 }
 
 TEST(CpuRopePlan, ThreadsWithinLimits) {

@@ -42,10 +42,24 @@
 //    which take the same branches (same token, same heads).
 // Each lane writes exactly the channels it read, after the whole head was read (the shuffles
 // carry values in registers), so in place is safe.
+//
+// Pair kernel (16-bit q/k, every operand and both weights aligned for 8-element vectors,
+// R = D, h / 8 a power of two <= 32): the RoPE kernel's layout (core::plan_rope) plus the norm.
+//  - Token and heads as the RoPE kernel: threadIdx.z picks the token (grid-stride), threadIdx.y
+//    owns KH consecutive heads (then the KH heads by * KH further on), all loaded before the
+//    position and cos/sin loads.
+//  - Channels: lane x of a head's bx = h / 8 lanes (consecutive, aligned in the warp) owns its
+//    8 pairs: neox channels 8x .. 8x + 7 and h + 8x .. h + 8x + 7, gptj channels 16x .. 16x + 15
+//    (two 16-byte loads and stores per head), so a pair never leaves its lane. Weight factors
+//    are read from global memory (L1-resident) per head, as 16-byte vectors.
+//  - rms: the lane's 16 squares in a fixed order, then a butterfly over the bx lanes (every lane
+//    gets the same bits). Lane 0 stores r.
+// Each lane writes exactly the channels it read, after the whole head was read.
 #pragma once
 
 #include <cstdint>
 
+#include "core/rope_plan.h"
 #include "cuda/common/dtype.cuh"
 #include "cuda/common/pdl.cuh"
 #include "cuda/qk_norm_rope/qk_norm_rope_args.h"
@@ -62,9 +76,18 @@ constexpr int kQkVecChannels = 8;
 /// Threads per block of the vector kernel at most.
 constexpr int kQkVecThreads = 256;
 /// Heads a lane group of the vector kernel loads before it computes any of them.
-constexpr int kQkVecHeadsPerGroup = 4;
+constexpr int kQkVecHeadsPerGroup = 1;
 /// Blocks per multiprocessor the vector kernel's register budget is set for.
-constexpr int kQkVecMinBlocks = 2;
+constexpr int kQkVecMinBlocks = 4;
+/// Blocks per multiprocessor the pair kernel's register budget is set for.
+constexpr int kQkPairMinBlocks = 3;
+
+/// Butterfly sum of v over the g lanes (a power of two <= 32, aligned in the warp) named by
+/// mask: every lane of the group obtains the same bits.
+__device__ __forceinline__ float qk_group_sum(float v, unsigned mask, int g) {
+  for (int off = g >> 1; off > 0; off >>= 1) v += __shfl_xor_sync(mask, v, off);
+  return v;
+}
 
 /// Channel pair (ia, ib) of slot m.
 __device__ __forceinline__ void qk_slot_channels(const RopeKernelArgs& a, int m, int* ia, int* ib) {
@@ -140,7 +163,7 @@ __global__ void __launch_bounds__(kQkNormRopeMaxThreads)
         ss = __fmaf_rn(xa[k], xa[k], ss);
         ss = __fmaf_rn(xb[k], xb[k], ss);
       }
-      for (int off = g >> 1; off > 0; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
+      ss = qk_group_sum(ss, 0xffffffffu, g);
       const float r = rms_rstd(ss, a.head_dim, args.eps);
 
       if (active) {
@@ -189,7 +212,7 @@ __device__ __forceinline__ void qk_vec_head(const QkNormRopeArgs& args, const Ra
   float ss = 0.0f;
 #pragma unroll
   for (int i = 0; i < E; ++i) ss = __fmaf_rn(x[i], x[i], ss);
-  for (int off = g >> 1; off > 0; off >>= 1) ss += __shfl_xor_sync(mask, ss, off);
+  ss = qk_group_sum(ss, mask, g);
   const float r = rms_rstd(ss, a.head_dim, args.eps);
   float n[E], y[E];
 #pragma unroll
@@ -319,6 +342,113 @@ __global__ void __launch_bounds__(kQkVecThreads, kMinBlocks)
                          out + c0, rs);
         }
       }
+    }
+  }
+}
+
+/// One thread's part of one head of the pair kernel: rms over the head (butterfly over the g
+/// lanes in mask), (w + o) scaling, rotation, store; lane 0 stores r.
+template <typename T, int V, bool kGptj>
+__device__ __forceinline__ void qk_pair_head(const QkNormRopeArgs& args, const RopeTokenPtrs<T>& tp,
+                                             int64_t t, int hh, int oa, int ob,
+                                             const RopeHeadRegs<T, V>& regs, const float (&c)[V],
+                                             const float (&sn)[V], unsigned mask, int g) {
+  const RopeKernelArgs& a = args.rope;
+  float x0[V], x1[V];
+  widen<T, V>(regs.x0, x0);
+  widen<T, V>(regs.x1, x1);
+  float ss = 0.0f;
+#pragma unroll
+  for (int i = 0; i < V; ++i) ss = __fmaf_rn(x0[i], x0[i], ss);
+#pragma unroll
+  for (int i = 0; i < V; ++i) ss = __fmaf_rn(x1[i], x1[i], ss);
+  ss = qk_group_sum(ss, mask, g);
+  const float r = rms_rstd(ss, a.head_dim, args.eps);
+  const bool is_q = hh < a.hq;
+  const void* w = is_q ? args.wq : args.wk;
+  const DType wdt = is_q ? args.wq_dtype : args.wk_dtype;
+  float w0[V], w1[V];
+  load_pack_dyn<V>(w, wdt, oa, w0);
+  load_pack_dyn<V>(w, wdt, ob, w1);
+#pragma unroll
+  for (int i = 0; i < V; ++i) {
+    x0[i] = rms_apply_exact(x0[i], r, w0[i] + args.weight_offset);
+    x1[i] = rms_apply_exact(x1[i], r, w1[i] + args.weight_offset);
+  }
+  rope_rotate_regs<V, kGptj>(x0, x1, c, sn);
+  T* y = rope_out_head<T>(a, tp, hh);
+  store_pack<T, V>(y + oa, x0);
+  store_pack<T, V>(y + ob, x1);
+  if (threadIdx.x == 0) {
+    float* rs = is_q ? args.q_rstd : args.k_rstd;
+    if (rs != nullptr) rs[t * (is_q ? a.hq : a.hk) + (is_q ? hh : hh - a.hq)] = r;
+  }
+}
+
+/// Pair kernel, token (b, s) = t: the thread's c_i, s_i, then its heads hfirst, hfirst + hstep,
+/// ... (KH at a time; one round only when kOneRound).
+template <typename T, int V, int KH, bool kGptj, bool kOneRound>
+__device__ __forceinline__ void qk_pair_token(const QkNormRopeArgs& args, int64_t t, int hfirst,
+                                              int hstep, unsigned mask) {
+  const RopeKernelArgs& a = args.rope;
+  const int heads = a.hq + a.hk;
+  const int64_t b = t / a.seq;
+  const int64_t s = t - b * a.seq;
+  const RopeTokenPtrs<T> tp = rope_token_ptrs<T>(a, b, s);
+  const int i0 = threadIdx.x * V;
+  const int oa = kGptj ? 2 * i0 : i0;
+  const int ob = kGptj ? 2 * i0 + V : a.half + i0;
+  // Computed cos/sin before the head loads; loaded cos/sin after the first heads' loads.
+  const bool computed = a.source == RopeSource::kInvFreq;
+  float c[V], sn[V];
+  if (computed) rope_cos_sin_computed<V>(a, rope_position(a, b, s), i0, c, sn);
+  RopeHeadRegs<T, V> regs[KH];
+  rope_load_heads<T, V, KH>(a, tp, hfirst, heads, oa, ob, regs);
+  if (!computed) {
+    const int64_t p = a.source == RopeSource::kGathered ? 0 : rope_position(a, b, s);
+    rope_cos_sin_loaded<V>(a, p, b, s, i0, c, sn);
+  }
+#pragma unroll
+  for (int u = 0; u < KH; ++u) {
+    if (hfirst + u < heads) {
+      qk_pair_head<T, V, kGptj>(args, tp, t, hfirst + u, oa, ob, regs[u], c, sn, mask, blockDim.x);
+    }
+  }
+  if constexpr (!kOneRound) {
+    for (int h0 = hfirst + hstep; h0 < heads; h0 += hstep) {
+      rope_load_heads<T, V, KH>(a, tp, h0, heads, oa, ob, regs);
+#pragma unroll
+      for (int u = 0; u < KH; ++u) {
+        if (h0 + u < heads) {
+          qk_pair_head<T, V, kGptj>(args, tp, t, h0 + u, oa, ob, regs[u], c, sn, mask, blockDim.x);
+        }
+      }
+    }
+  }
+}
+
+/// Pair kernel: KH heads per thread; at least kMinBlocks blocks resident per multiprocessor;
+/// kGptj: the style (a.gptj), fixed at compile time; kSingle as for rope_kernel (plan.single:
+/// one token and one round of heads per thread, no loops). Block shape from core::plan_rope
+/// (bx = h / V exactly, a power of two <= 32).
+template <typename T, int V, int KH, int kMinBlocks, bool kGptj, bool kSingle>
+__global__ void __launch_bounds__(core::kRopeBlockThreads, kMinBlocks)
+    qk_norm_rope_pair_kernel(const QkNormRopeArgs args) {
+  const RopeKernelArgs& a = args.rope;
+  const int g = blockDim.x;  // lanes per head
+  const int tid = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+  const int lane = tid & 31;
+  const unsigned mask = g == 32 ? 0xffffffffu : ((1u << g) - 1u) << (lane & ~(g - 1));
+  const int hstep = blockDim.y * KH;
+  const int hfirst = threadIdx.y * KH;
+  griddep_wait();
+  const int64_t t0 = static_cast<int64_t>(blockIdx.x) * blockDim.z + threadIdx.z;
+  if constexpr (kSingle) {
+    if (t0 < a.tokens) qk_pair_token<T, V, KH, kGptj, true>(args, t0, hfirst, hstep, mask);
+  } else {
+    const int64_t tstep = static_cast<int64_t>(gridDim.x) * blockDim.z;
+    for (int64_t t = t0; t < a.tokens; t += tstep) {
+      qk_pair_token<T, V, KH, kGptj, false>(args, t, hfirst, hstep, mask);
     }
   }
 }

@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -78,14 +79,32 @@ Status qk_norm_rope(const TensorRef& q, const TensorRef& k, const TensorRef& wq,
   qa.k_rstd = k_rstd.defined() ? static_cast<float*>(k_rstd.data) : nullptr;
   qa.slots = static_cast<int>(g.head_dim / 2);
 
-  // Plan: the vector kernel when every operand allows 16-byte accesses of a 16-bit type and a
-  // head is a power-of-two number (<= 32) of 8-channel lanes; else the scalar kernel with KS
-  // slots per lane (rounded up to 1, 2, 4, 8) and enough warps for the token's heads.
+  // Plan, first that applies (every one gives the same bits: same per-lane sums in a fixed
+  // order, same butterfly, same formulas):
+  //  - the pair kernel (the RoPE kernel's layout, core::plan_rope): 16-bit q/k, every operand
+  //    allows 16-byte accesses, R = D, h / 8 a power of two <= 32, both weights 16-byte aligned;
+  //  - the vector kernel: 16-bit q/k, 16-byte accesses, D / 8 a power of two <= 32;
+  //  - the scalar kernel with KS slots per lane (rounded up to 1, 2, 4, 8) and enough warps for
+  //    the token's heads.
   cuda::QkNormRopePlan plan;
   const int64_t heads = g.hq + g.hk;
   const int64_t vec_lanes = g.head_dim / cuda::kQkVecChannels;
-  plan.vector = dtype_size(q.dtype) == 2 &&
-                cuda::rope_access_width(c.rope, g, a) == cuda::kQkVecChannels && vec_lanes <= 32 &&
+  const int width = cuda::rope_access_width(c.rope, g, a);
+  const int64_t pair_lanes = g.rotary_dim / 2 / cuda::kQkVecChannels;
+  const auto aligned16 = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  plan.pair = dtype_size(q.dtype) == 2 && width == cuda::kQkVecChannels &&
+              g.rotary_dim == g.head_dim && g.rotary_dim % (2 * cuda::kQkVecChannels) == 0 &&
+              pair_lanes >= 1 && pair_lanes <= 32 && (pair_lanes & (pair_lanes - 1)) == 0 &&
+              aligned16(wq.data) && aligned16(wk.data);
+  if (plan.pair) {
+    plan.rope = core::plan_rope(g.tokens, heads, g.rotary_dim / 2, cuda::kQkVecChannels);
+    return core::dispatch_float_dtype<cuda::f16, cuda::bf16>(
+        q.dtype, kOp, "q", [&](auto tag) -> Status {
+          using T = typename decltype(tag)::type;
+          return cuda::launch_qk_norm_rope_typed<T>(qa, plan, s);
+        });
+  }
+  plan.vector = dtype_size(q.dtype) == 2 && width == cuda::kQkVecChannels && vec_lanes <= 32 &&
                 (vec_lanes & (vec_lanes - 1)) == 0;
   if (plan.vector) {
     // Groups of kQkVecHeadsPerGroup heads, enough for all of a token's heads (at most a block),

@@ -23,7 +23,25 @@ Status launch_qk_norm_rope_typed(const QkNormRopeArgs& a, const QkNormRopePlan& 
   const dim3 grid(static_cast<unsigned>(plan.grid));
   const dim3 block(static_cast<unsigned>(plan.threads));
   cudaError_t err = cudaSuccess;
-  if (plan.vector) {
+  if (plan.pair) {
+    if constexpr (sizeof(T) == 2) {
+      constexpr int V = kQkVecChannels;
+      constexpr int KH = core::kRopeHeadsPerThread;
+      constexpr int MB = kQkPairMinBlocks;
+      const bool single = plan.rope.single;
+      const auto kernel = a.rope.gptj
+                              ? (single ? qk_norm_rope_pair_kernel<T, V, KH, MB, true, true>
+                                        : qk_norm_rope_pair_kernel<T, V, KH, MB, true, false>)
+                              : (single ? qk_norm_rope_pair_kernel<T, V, KH, MB, false, true>
+                                        : qk_norm_rope_pair_kernel<T, V, KH, MB, false, false>);
+      const dim3 pblock(static_cast<unsigned>(plan.rope.bx), static_cast<unsigned>(plan.rope.by),
+                        static_cast<unsigned>(plan.rope.bz));
+      err = launch_with_pdl(kernel, dim3(static_cast<unsigned>(plan.rope.grid)), pblock, 0, stream,
+                            a);
+    } else {
+      return Status(StatusCode::kUnsupported, "qk_norm_rope: no pair kernel for 32-bit q/k");
+    }
+  } else if (plan.vector) {
     if constexpr (sizeof(T) == 2) {
       err = launch_with_pdl(qk_norm_rope_vec_kernel<T, kQkVecHeadsPerGroup, kQkVecMinBlocks>, grid,
                             block, 0, stream, a);

@@ -4,6 +4,7 @@
 
 #include <cuda_runtime.h>
 
+#include "core/rope_plan.h"
 #include "cuda/qk_norm_rope/qk_norm_rope_args.h"
 #include "ropenorm/status.h"
 
@@ -11,6 +12,8 @@ namespace ropenorm::cuda {
 
 /// Launch shape of the fused kernel, decided by the launcher.
 struct QkNormRopePlan {
+  bool pair = false;       ///< the pair kernel, block shape `rope` (see qk_norm_rope_kernels.cuh)
+  core::RopePlan rope;     ///< pair kernel: block (bx, by, bz) and grid
   bool vector = false;     ///< the 16-byte vector kernel (see qk_norm_rope_kernels.cuh)
   int slots_per_lane = 1;  ///< KS: 1, 2, 4 or 8 (scalar kernel)
   int threads = 32;        ///< at most kQkNormRopeMaxThreads (scalar kernel: a multiple of 32)

@@ -152,8 +152,9 @@ __device__ __forceinline__ void issue_row(const RmsNormKernelArgs& a, int64_t ro
 /// them loaded before any is used or s is stored; reduces the row and writes y (and s).
 template <typename Tx, typename Tr, int V, int VPT, bool kWarp, typename XSrc, typename RSrc>
 __device__ __forceinline__ void process_row(const RmsNormKernelArgs& a, int64_t row, int tid,
-                                            int nthreads, XSrc xsrc, RSrc rsrc, const float* w_smem,
-                                            float* scratch, Tx ex, NormInputT<Tx, Tr> er) {
+                                            int nthreads, XSrc xsrc, RSrc rsrc,
+                                            const float* w_smem, float* scratch, Tx ex,
+                                            NormInputT<Tx, Tr> er) {
   using Tnorm = NormInputT<Tx, Tr>;
   constexpr bool kFused = !std::is_same_v<Tr, NoResidual>;
   const Tx* x = static_cast<const Tx*>(a.x) + a.x_rows.offset(row);
@@ -188,20 +189,6 @@ __device__ __forceinline__ void process_row(const RmsNormKernelArgs& a, int64_t 
       }
     }
   }
-  // Small shares of a plain row (at most 16 values a thread): the weight vectors are loaded
-  // before the reduction, so their latency overlaps it.
-  constexpr bool kPrefetchW = !kFused && VPT * V <= 16;
-  const bool prefetched = kPrefetchW && w_smem == nullptr && a.weight_vec && p == 0;
-  float wp[kPrefetchW ? VPT : 1][V];
-  if constexpr (kPrefetchW) {
-    if (prefetched) {
-#pragma unroll
-      for (int k = 0; k < VPT; ++k) {
-        const int j = tid + k * nthreads;
-        if (j < nbody) load_pack_dyn<V>(a.weight, a.w_dtype, static_cast<int64_t>(j) * V, wp[k]);
-      }
-    }
-  }
   float ve = 0.0f;
   if (has_edge) {
     ve = to_float(ex);
@@ -227,10 +214,7 @@ __device__ __forceinline__ void process_row(const RmsNormKernelArgs& a, int64_t 
     if (j < nbody) {
       const int64_t col = p + static_cast<int64_t>(j) * V;
       float w[V];
-      if (prefetched) {
-#pragma unroll
-        for (int i = 0; i < V; ++i) w[i] = wp[kPrefetchW ? k : 0][i] + a.w_offset;
-      } else if (w_smem != nullptr) {
+      if (w_smem != nullptr) {
         if constexpr (V % 4 == 0) {
           if ((p & 3) == 0) {  // 16-byte aligned in shared memory: conflict-free float4 reads
 #pragma unroll

@@ -157,16 +157,12 @@ __device__ __forceinline__ float& rope_pick(float (&x0)[V], float (&x1)[V], int 
   return m < V ? x0[m] : x1[m - V];
 }
 
-template <typename T, int V>
-__device__ __forceinline__ void rope_store_head(const RopeKernelArgs& a, const RopeTokenPtrs<T>& tp,
-                                                int hh, int oa, int ob,
-                                                const RopeHeadRegs<T, V>& regs, const float (&c)[V],
-                                                const float (&sn)[V]) {
-  float x0[V], x1[V];
-  widen<T, V>(regs.x0, x0);
-  widen<T, V>(regs.x1, x1);
-  if (a.gptj) {
-    // Pair k is channels (2k, 2k + 1) of the 2V channels x0 ++ x1.
+/// Rotates a thread's V pairs held as the two V-vectors x0 (channels oa ..) and x1 (channels
+/// ob ..) in place: neox pairs (x0[k], x1[k]); gptj pairs are channels (2k, 2k + 1) of x0 ++ x1.
+template <int V, bool kGptj>
+__device__ __forceinline__ void rope_rotate_regs(float (&x0)[V], float (&x1)[V],
+                                                 const float (&c)[V], const float (&sn)[V]) {
+  if constexpr (kGptj) {
 #pragma unroll
     for (int k = 0; k < V; ++k) {
       float& ra = rope_pick<V>(x0, x1, 2 * k);
@@ -185,7 +181,25 @@ __device__ __forceinline__ void rope_store_head(const RopeKernelArgs& a, const R
       x1[k] = yb;
     }
   }
-  T* y = hh < a.hq ? tp.q_out + hh * a.q_out.sh : tp.k_out + (hh - a.hq) * a.k_out.sh;
+}
+
+/// Output pointer of head hh (q heads first, then k) of a token.
+template <typename T>
+__device__ __forceinline__ T* rope_out_head(const RopeKernelArgs& a, const RopeTokenPtrs<T>& tp,
+                                            int hh) {
+  return hh < a.hq ? tp.q_out + hh * a.q_out.sh : tp.k_out + (hh - a.hq) * a.k_out.sh;
+}
+
+template <typename T, int V, bool kGptj>
+__device__ __forceinline__ void rope_store_head(const RopeKernelArgs& a, const RopeTokenPtrs<T>& tp,
+                                                int hh, int oa, int ob,
+                                                const RopeHeadRegs<T, V>& regs, const float (&c)[V],
+                                                const float (&sn)[V]) {
+  float x0[V], x1[V];
+  widen<T, V>(regs.x0, x0);
+  widen<T, V>(regs.x1, x1);
+  rope_rotate_regs<V, kGptj>(x0, x1, c, sn);
+  T* y = rope_out_head<T>(a, tp, hh);
   store_pack<T, V>(y + oa, x0);
   store_pack<T, V>(y + ob, x1);
 }
@@ -213,7 +227,7 @@ __device__ __forceinline__ void rope_load_heads(const RopeKernelArgs& a, const R
 }
 
 /// Rotates and stores the heads rope_load_heads loaded.
-template <typename T, int V, int KH>
+template <typename T, int V, int KH, bool kGptj>
 __device__ __forceinline__ void rope_store_heads(const RopeKernelArgs& a,
                                                  const RopeTokenPtrs<T>& tp, int h0, int heads,
                                                  int oa, int ob,
@@ -221,70 +235,97 @@ __device__ __forceinline__ void rope_store_heads(const RopeKernelArgs& a,
                                                  const float (&c)[V], const float (&sn)[V]) {
 #pragma unroll
   for (int u = 0; u < KH; ++u) {
-    if (h0 + u < heads) rope_store_head<T, V>(a, tp, h0 + u, oa, ob, regs[u], c, sn);
+    if (h0 + u < heads) rope_store_head<T, V, kGptj>(a, tp, h0 + u, oa, ob, regs[u], c, sn);
+  }
+}
+
+/// Thread's pair vector j of token (b, s): its c_i, s_i, then heads hfirst, hfirst + hstep, ...
+/// (KH at a time); kOneRound: the launcher checked that the first KH heads are all there are
+/// for this thread (hstep >= heads), so no loop is compiled.
+template <typename T, int V, int KH, bool kGptj, bool kOneRound>
+__device__ __forceinline__ void rope_pairs_of_token(const RopeKernelArgs& a, int64_t b, int64_t s,
+                                                    int j, int hfirst, int hstep) {
+  const int heads = a.hq + a.hk;
+  const RopeTokenPtrs<T> tp = rope_token_ptrs<T>(a, b, s);
+  const int i0 = j * V;
+  const int oa = kGptj ? 2 * i0 : i0;
+  const int ob = kGptj ? 2 * i0 + V : a.half + i0;
+  // Computed cos/sin (register-hungry) before the head loads; loaded cos/sin after them, so
+  // their latency overlaps the head loads'.
+  const bool computed = a.source == RopeSource::kInvFreq;
+  float c[V], sn[V];
+  if (computed) rope_cos_sin_computed<V>(a, rope_position(a, b, s), i0, c, sn);
+  RopeHeadRegs<T, V> regs[KH];
+  rope_load_heads<T, V, KH>(a, tp, hfirst, heads, oa, ob, regs);
+  if (!computed) {
+    const int64_t p = a.source == RopeSource::kGathered ? 0 : rope_position(a, b, s);
+    rope_cos_sin_loaded<V>(a, p, b, s, i0, c, sn);
+  }
+  rope_store_heads<T, V, KH, kGptj>(a, tp, hfirst, heads, oa, ob, regs, c, sn);
+  if constexpr (!kOneRound) {
+    for (int h0 = hfirst + hstep; h0 < heads; h0 += hstep) {
+      rope_load_heads<T, V, KH>(a, tp, h0, heads, oa, ob, regs);
+      rope_store_heads<T, V, KH, kGptj>(a, tp, h0, heads, oa, ob, regs, c, sn);
+    }
+  }
+}
+
+/// Pass-through channels R .. D - 1 of token (b, s), shared by the (x, y) threads of its slice.
+template <typename T, int V>
+__device__ __forceinline__ void rope_copy_tail(const RopeKernelArgs& a, int64_t b, int64_t s) {
+  const int heads = a.hq + a.hk;
+  const int rot = 2 * a.half;
+  const int ntail = (a.head_dim - rot) / V;
+  const int64_t total = static_cast<int64_t>(heads) * ntail;
+  const int flat = threadIdx.y * blockDim.x + threadIdx.x;
+  const int nflat = blockDim.x * blockDim.y;
+  for (int64_t idx = flat; idx < total; idx += nflat) {
+    const int hh = static_cast<int>(idx / ntail);
+    const int col = rot + static_cast<int>(idx - static_cast<int64_t>(hh) * ntail) * V;
+    if (hh < a.hq) {
+      if (a.copy_q_tail) {
+        rope_copy_raw<T, V>(rope_head_ptr<T>(a.q, b, s, hh) + col,
+                            const_cast<T*>(rope_head_ptr<T>(a.q_out, b, s, hh)) + col);
+      }
+    } else if (a.copy_k_tail) {
+      rope_copy_raw<T, V>(rope_head_ptr<T>(a.k, b, s, hh - a.hq) + col,
+                          const_cast<T*>(rope_head_ptr<T>(a.k_out, b, s, hh - a.hq)) + col);
+    }
   }
 }
 
 /// KH heads per thread; at least kMinBlocks blocks resident per multiprocessor (the register
-/// budget).
-template <typename T, int V, int KH, int kMinBlocks>
+/// budget); kGptj: the style (a.gptj), fixed at compile time. kSingle: the launcher checked
+/// that the grid covers every token once (gridDim.x * bz >= T), that bx covers every pair
+/// vector (bx >= h / V) and that by * KH >= Hq + Hk, so each thread runs its token, pair vector
+/// and heads once, with no loops (their loop-invariant state would cost registers).
+template <typename T, int V, int KH, int kMinBlocks, bool kGptj, bool kSingle>
 __global__ void __launch_bounds__(core::kRopeBlockThreads, kMinBlocks)
     rope_kernel(const RopeKernelArgs a) {
   const int nvp = a.half / V;
-  const int heads = a.hq + a.hk;
-  const int rot = 2 * a.half;
-  const int ntail = (a.head_dim - rot) / V;
-  const bool any_tail = ntail > 0 && (a.copy_q_tail || a.copy_k_tail);
+  const bool any_tail = a.head_dim > 2 * a.half && (a.copy_q_tail || a.copy_k_tail);
   const int hstep = blockDim.y * KH;
   const int hfirst = threadIdx.y * KH;
-  const int64_t tstep = static_cast<int64_t>(gridDim.x) * blockDim.z;
   griddep_wait();
-
-  for (int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.z + threadIdx.z; t < a.tokens;
-       t += tstep) {
+  if constexpr (kSingle) {
+    const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.z + threadIdx.z;
+    if (t >= a.tokens) return;
     const int64_t b = t / a.seq;
     const int64_t s = t - b * a.seq;
-    const RopeTokenPtrs<T> tp = rope_token_ptrs<T>(a, b, s);
-
-    for (int j = threadIdx.x; j < nvp; j += blockDim.x) {
-      const int i0 = j * V;
-      const int oa = a.gptj ? 2 * i0 : i0;
-      const int ob = a.gptj ? 2 * i0 + V : a.half + i0;
-      // Computed cos/sin (register-hungry) before the head loads; loaded cos/sin after them,
-      // so their latency overlaps the head loads'.
-      const bool computed = a.source == RopeSource::kInvFreq;
-      float c[V], sn[V];
-      if (computed) rope_cos_sin_computed<V>(a, rope_position(a, b, s), i0, c, sn);
-      RopeHeadRegs<T, V> regs[KH];
-      rope_load_heads<T, V, KH>(a, tp, hfirst, heads, oa, ob, regs);
-      if (!computed) {
-        const int64_t p = a.source == RopeSource::kGathered ? 0 : rope_position(a, b, s);
-        rope_cos_sin_loaded<V>(a, p, b, s, i0, c, sn);
-      }
-      rope_store_heads<T, V, KH>(a, tp, hfirst, heads, oa, ob, regs, c, sn);
-      for (int h0 = hfirst + hstep; h0 < heads; h0 += hstep) {
-        rope_load_heads<T, V, KH>(a, tp, h0, heads, oa, ob, regs);
-        rope_store_heads<T, V, KH>(a, tp, h0, heads, oa, ob, regs, c, sn);
-      }
+    if (static_cast<int>(threadIdx.x) < nvp) {
+      rope_pairs_of_token<T, V, KH, kGptj, true>(a, b, s, threadIdx.x, hfirst, hstep);
     }
-
-    if (any_tail) {
-      const int64_t total = static_cast<int64_t>(heads) * ntail;
-      const int flat = threadIdx.y * blockDim.x + threadIdx.x;
-      const int nflat = blockDim.x * blockDim.y;
-      for (int64_t idx = flat; idx < total; idx += nflat) {
-        const int hh = static_cast<int>(idx / ntail);
-        const int col = rot + static_cast<int>(idx - static_cast<int64_t>(hh) * ntail) * V;
-        if (hh < a.hq) {
-          if (a.copy_q_tail) {
-            rope_copy_raw<T, V>(rope_head_ptr<T>(a.q, b, s, hh) + col,
-                                const_cast<T*>(rope_head_ptr<T>(a.q_out, b, s, hh)) + col);
-          }
-        } else if (a.copy_k_tail) {
-          rope_copy_raw<T, V>(rope_head_ptr<T>(a.k, b, s, hh - a.hq) + col,
-                              const_cast<T*>(rope_head_ptr<T>(a.k_out, b, s, hh - a.hq)) + col);
-        }
+    if (any_tail) rope_copy_tail<T, V>(a, b, s);
+  } else {
+    const int64_t tstep = static_cast<int64_t>(gridDim.x) * blockDim.z;
+    for (int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.z + threadIdx.z; t < a.tokens;
+         t += tstep) {
+      const int64_t b = t / a.seq;
+      const int64_t s = t - b * a.seq;
+      for (int j = threadIdx.x; j < nvp; j += blockDim.x) {
+        rope_pairs_of_token<T, V, KH, kGptj, false>(a, b, s, j, hfirst, hstep);
       }
+      if (any_tail) rope_copy_tail<T, V>(a, b, s);
     }
   }
 }

@@ -20,14 +20,20 @@ namespace ropenorm::cuda {
 namespace detail {
 
 /// Blocks per multiprocessor the RoPE kernel's register budget is set for.
-constexpr int kRopeMinBlocks = 2;
+constexpr int kRopeMinBlocks = 3;
 
 template <typename T, int V>
 cudaError_t launch_rope_vec(const RopeKernelArgs& a, const core::RopePlan& p, cudaStream_t s) {
   const dim3 block(static_cast<unsigned>(p.bx), static_cast<unsigned>(p.by),
                    static_cast<unsigned>(p.bz));
-  return launch_with_pdl(rope_kernel<T, V, core::kRopeHeadsPerThread, kRopeMinBlocks>,
-                         dim3(static_cast<unsigned>(p.grid)), block, 0, s, a);
+  constexpr int KH = core::kRopeHeadsPerThread;
+  constexpr int MB = kRopeMinBlocks;
+  const bool single = p.single;
+  const auto kernel = a.gptj ? (single ? rope_kernel<T, V, KH, MB, true, true>
+                                       : rope_kernel<T, V, KH, MB, true, false>)
+                             : (single ? rope_kernel<T, V, KH, MB, false, true>
+                                       : rope_kernel<T, V, KH, MB, false, false>);
+  return launch_with_pdl(kernel, dim3(static_cast<unsigned>(p.grid)), block, 0, s, a);
 }
 
 }  // namespace detail
