@@ -335,16 +335,31 @@ def test_compile_prologue_fullgraph_dynamic_no_recompile(grad):
     torch._dynamo.reset()
     counter = CompileCounterWithBackend("aot_eager")
     fn = torch.compile(_prologue, backend=counter, fullgraph=True, dynamic=True)
-    # Token counts unequal to the block's other sizes (2, 4, 64, 128, 256): torch's duck shaping
-    # gives equal sizes one symbol, so T == D would be torch's own specialisation, not these ops'.
-    for T in (7, 19, 48):
-        args = _prologue_inputs(T, grad)
-        got, want = _run(fn, args, grad), _run(_prologue, args, grad)
-        for a, b in zip(got[:4], want[:4]):
-            assert torch.equal(a, b)
-        for a, b in zip(got[4:], want[4:]):  # gradients: the joint graph may reorder sums
-            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
-    assert counter.frame_count == 1, f"recompiled: {counter.frame_count} graphs for 3 values of T"
+    # Dynamo logs why it recompiles (the failed guard) to the captured output, which pytest
+    # prints when the assertion below fails.
+    torch._logging.set_logs(recompiles=True)
+    frames_after_first = None
+    try:
+        # Token counts unequal to the block's other sizes (2, 4, 64, 128, 256): torch's duck
+        # shaping gives equal sizes one symbol, so T == D would be torch's own specialisation.
+        for T in (7, 19, 48):
+            args = _prologue_inputs(T, grad)
+            got, want = _run(fn, args, grad), _run(_prologue, args, grad)
+            for a, b in zip(got[:4], want[:4]):
+                assert torch.equal(a, b)
+            for a, b in zip(got[4:], want[4:]):  # gradients: the joint graph may reorder sums
+                torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+            if frames_after_first is None:
+                frames_after_first = counter.frame_count
+    finally:
+        torch._logging.set_logs()
+    # The first call may hand the backend more than one graph: with float arguments (eps,
+    # weight_offset, attention_scaling) Dynamo restarts its analysis once to turn them into
+    # tensors, and the abandoned attempt reaches the counter as an empty graph. A recompile is a
+    # further graph for a later T.
+    assert frames_after_first >= 1
+    assert counter.frame_count == frames_after_first, (
+        f"recompiled: {counter.frame_count - frames_after_first} more graphs after the first T")
 
 
 def test_compile_prologue_inductor_forward_backward_matches_eager():
