@@ -1,0 +1,336 @@
+// RoPE and QK-norm + RoPE launch-shape experiment (H200): times the production kernels
+// (rope_kernel, qk_norm_rope_vec_kernel, qk_norm_rope_pair_kernel) at several heads-per-thread
+// and register-budget instantiations, and two diagnostic kernels with the RoPE kernel's access
+// pattern (kMath = 0: loads and stores only; 1: plain fp32 rotation), on q [T, 32, 128] and
+// k [T, 8, 128] bf16 with an fp32 cos/sin cache, cold L2 (CUDA-graph replay for T = 1); checks
+// that every variant writes the same bits. Not part of the build:
+//   nvcc -std=c++20 -O3 -gencode=arch=compute_90,code=sm_90 -Iinclude -Isrc \
+//        bench/experiments/rope_launch_shapes.cu src/core/rope_plan.cpp -o rope_launch_shapes
+// Its output at f2b72c8: bench/results/rope-launch-shapes-nvidia-h200.log.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+#include "cuda/qk_norm_rope/qk_norm_rope_kernels.cuh"
+#include "cuda/rope/rope_kernels.cuh"
+using namespace ropenorm;
+using namespace ropenorm::cuda;
+namespace ropenorm::cuda {
+int device_cc_major() { return 9; }
+}  // namespace ropenorm::cuda
+#define CK(x)                                                      \
+  do {                                                             \
+    cudaError_t e = (x);                                           \
+    if (e != cudaSuccess) {                                        \
+      printf("ERR %s line %d\n", cudaGetErrorString(e), __LINE__); \
+      exit(1);                                                     \
+    }                                                              \
+  } while (0)
+__global__ void flush_kernel(const float4* p, size_t n, float* out) {
+  float acc = 0;
+  for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+    float4 v = p[i];
+    acc += v.x;
+  }
+  if (acc == 12345.f) *out = acc;
+}
+float4* gflush;
+size_t gflush_n;
+float* gdummy;
+void flush() { flush_kernel<<<1024, 256>>>(gflush, gflush_n, gdummy); }
+const int HQ = 32, HK = 8, D = 128;
+struct Bufs {
+  bf16 *q, *k, *qo, *ko;
+  float* cache;
+  bf16 *wq, *wk;
+};
+RopeKernelArgs make_args(const Bufs& b, int64_t T) {
+  RopeKernelArgs a{};
+  a.q = {b.q, 0, HQ * D, D};
+  a.k = {b.k, 0, HK * D, D};
+  a.q_out = {b.qo, 0, HQ * D, D};
+  a.k_out = {b.ko, 0, HK * D, D};
+  a.seq = T;
+  a.tokens = T;
+  a.hq = HQ;
+  a.hk = HK;
+  a.head_dim = D;
+  a.half = D / 2;
+  a.gptj = false;
+  a.inverse = false;
+  a.copy_q_tail = a.copy_k_tail = false;
+  a.pos = nullptr;
+  a.offset = 0;
+  a.seq_off = nullptr;
+  a.source = RopeSource::kCache;
+  a.cos = b.cache;
+  a.sin = b.cache + D / 2;
+  a.cs_dtype = DType::kFloat32;
+  a.cos_row = D;
+  a.sin_row = D;
+  a.inv_freq = nullptr;
+  a.scaling = 1.f;
+  return a;
+}
+template <class F>
+float time_med(F f, bool cold, int iters = 15) {
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  std::vector<float> v;
+  for (int i = 0; i < iters + 3; ++i) {
+    if (cold) flush();
+    cudaEventRecord(e0);
+    f();
+    cudaEventRecord(e1);
+    cudaEventSynchronize(e1);
+    float ms;
+    cudaEventElapsedTime(&ms, e0, e1);
+    if (i >= 3) v.push_back(ms * 1000.f);
+  }
+  CK(cudaGetLastError());
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+template <class F>
+float time_graph(F f) {
+  cudaStream_t s;
+  cudaStreamCreate(&s);
+  cudaGraph_t g;
+  cudaGraphExec_t ge;
+  const int N = 50;
+  cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal);
+  for (int i = 0; i < N; ++i) f(s);
+  cudaStreamEndCapture(s, &g);
+  CK(cudaGraphInstantiate(&ge, g, 0));
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  std::vector<float> v;
+  for (int i = 0; i < 13; ++i) {
+    cudaEventRecord(e0, s);
+    cudaGraphLaunch(ge, s);
+    cudaEventRecord(e1, s);
+    cudaEventSynchronize(e1);
+    float ms;
+    cudaEventElapsedTime(&ms, e0, e1);
+    if (i >= 3) v.push_back(ms * 1000.f / N);
+  }
+  CK(cudaGetLastError());
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+template <typename K>
+void launch(K kern, dim3 grid, dim3 block, cudaStream_t s, const auto& a) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.stream = s;
+  cudaLaunchAttribute at[1];
+  at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  at[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = at;
+  cfg.numAttrs = 1;
+  CK(cudaLaunchKernelEx(&cfg, kern, a));
+}
+template <int KH, int MB, bool kSingle = true>
+void rope_variant(const Bufs& b, int64_t T, std::vector<uint16_t>& ref, double bytes, double copy) {
+  RopeKernelArgs a = make_args(b, T);
+  const int bx = 8;
+  int by = std::min<int>((HQ + HK + KH - 1) / KH, 256 / bx);
+  int bz = std::min<int64_t>(std::min(256 / (bx * by), 64), T);
+  dim3 grid((T + bz - 1) / bz), block(bx, by, bz);
+  auto k = rope_kernel<bf16, 8, KH, MB, false, kSingle>;
+  auto run = [&](cudaStream_t s) { launch(k, grid, block, s, a); };
+  CK(cudaMemset(b.qo, 0xff, T * HQ * D * 2));
+  float us = T == 1 ? time_graph(run) : time_med([&] { run(0); }, true);
+  std::vector<uint16_t> out(T * HQ * D);
+  CK(cudaMemcpy(out.data(), b.qo, out.size() * 2, cudaMemcpyDeviceToHost));
+  bool same = ref.empty() || ref == out;
+  if (ref.empty()) ref = out;
+  cudaFuncAttributes fa;
+  cudaFuncGetAttributes(&fa, k);
+  printf(
+      "rope single=%d KH=%d MB=%d T=%6ld regs=%3d block=%dx%dx%d  %8.2f us  %6.0f GB/s  %5.1f%% "
+      "copy  %s\n",
+      (int)kSingle, KH, MB, (long)T, fa.numRegs, bx, by, bz, us, bytes / us / 1e3,
+      100 * bytes / us / 1e3 / copy, same ? "same" : "DIFF");
+}
+template <int KH, int MB>
+void qk_variant(const Bufs& b, int64_t T, std::vector<uint16_t>& ref, double bytes, double copy) {
+  QkNormRopeArgs qa{};
+  qa.rope = make_args(b, T);
+  qa.wq = b.wq;
+  qa.wk = b.wk;
+  qa.wq_dtype = qa.wk_dtype = DType::kBFloat16;
+  qa.eps = 1e-6f;
+  qa.weight_offset = 0.f;
+  qa.q_rstd = qa.k_rstd = nullptr;
+  qa.group = D / 8;
+  qa.slots = D / 2;
+  const int G = D / 8;
+  int maxg = 256 / G;
+  int ng = std::min(maxg, (HQ + HK + KH - 1) / KH);
+  int tpb = std::min<int64_t>(maxg / ng, T);
+  qa.groups_per_token = ng;
+  dim3 grid((T + tpb - 1) / tpb), block(tpb * ng * G);
+  auto k = qk_norm_rope_vec_kernel<bf16, KH, MB>;
+  auto run = [&](cudaStream_t s) { launch(k, grid, block, s, qa); };
+  CK(cudaMemset(b.qo, 0xff, T * HQ * D * 2));
+  float us = T == 1 ? time_graph(run) : time_med([&] { run(0); }, true);
+  std::vector<uint16_t> out(T * HQ * D);
+  CK(cudaMemcpy(out.data(), b.qo, out.size() * 2, cudaMemcpyDeviceToHost));
+  bool same = ref.empty() || ref == out;
+  if (ref.empty()) ref = out;
+  cudaFuncAttributes fa;
+  cudaFuncGetAttributes(&fa, k);
+  printf(
+      "qk   KH=%d MB=%d T=%6ld regs=%3d threads=%3d      %8.2f us  %6.0f GB/s  %5.1f%% copy  %s\n",
+      KH, MB, (long)T, fa.numRegs, block.x, us, bytes / us / 1e3, 100 * bytes / us / 1e3 / copy,
+      same ? "same" : "DIFF");
+}
+
+template <int MB>
+void qk_pair_variant(const Bufs& b, int64_t T, std::vector<uint16_t>& ref, double bytes,
+                     double copy) {
+  QkNormRopeArgs qa{};
+  qa.rope = make_args(b, T);
+  qa.wq = b.wq;
+  qa.wk = b.wk;
+  qa.wq_dtype = qa.wk_dtype = DType::kBFloat16;
+  qa.eps = 1e-6f;
+  qa.weight_offset = 0.f;
+  qa.q_rstd = qa.k_rstd = nullptr;
+  qa.group = D / 8;
+  qa.slots = D / 2;
+  const core::RopePlan pl = core::plan_rope(T, HQ + HK, D / 2, 8);
+  dim3 grid(pl.grid), block(pl.bx, pl.by, pl.bz);
+  auto k = qk_norm_rope_pair_kernel<bf16, 8, 2, MB, false, true>;
+  auto run = [&](cudaStream_t s) { launch(k, grid, block, s, qa); };
+  CK(cudaMemset(b.qo, 0xff, T * HQ * D * 2));
+  float us = T == 1 ? time_graph(run) : time_med([&] { run(0); }, true);
+  std::vector<uint16_t> out(T * HQ * D);
+  CK(cudaMemcpy(out.data(), b.qo, out.size() * 2, cudaMemcpyDeviceToHost));
+  size_t diff = 0;
+  if (!ref.empty())
+    for (size_t i = 0; i < out.size(); ++i) diff += ref[i] != out[i];
+  cudaFuncAttributes fa;
+  cudaFuncGetAttributes(&fa, k);
+  printf(
+      "qkpair single=%d MB=%d T=%6ld regs=%3d block=%dx%dx%d %8.2f us  %6.0f GB/s  %5.1f%% copy  "
+      "diff-vs-vec=%zu of %zu\n",
+      (int)pl.single, MB, (long)T, fa.numRegs, pl.bx, pl.by, pl.bz, us, bytes / us / 1e3,
+      100 * bytes / us / 1e3 / copy, diff, out.size());
+}
+// Diagnostic: the rope kernel's access pattern with (kMath=0) no arithmetic, (1) plain fp32
+// rotation.
+template <int KH, int kMath>
+__global__ void __launch_bounds__(256, 2) pattern_kernel(const RopeKernelArgs a) {
+  const int heads = a.hq + a.hk;
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.z + threadIdx.z;
+  if (t >= a.tokens) return;
+  const RopeTokenPtrs<bf16> tp = rope_token_ptrs<bf16>(a, 0, t);
+  const int i0 = threadIdx.x * 8;
+  const int h0 = threadIdx.y * KH;
+  RopeHeadRegs<bf16, 8> r[KH];
+#pragma unroll
+  for (int u = 0; u < KH; ++u)
+    if (h0 + u < heads) rope_load_head<bf16, 8>(a, tp, h0 + u, i0, a.half + i0, r[u]);
+  float c[8], sn[8];
+  if (kMath) rope_cos_sin_loaded<8>(a, t, 0, t, i0, c, sn);
+#pragma unroll
+  for (int u = 0; u < KH; ++u) {
+    const int hh = h0 + u;
+    if (hh >= heads) continue;
+    bf16* y = hh < a.hq ? tp.q_out + hh * a.q_out.sh : tp.k_out + (hh - a.hq) * a.k_out.sh;
+    if (kMath == 0) {
+      store_chunk<bf16, 8>(y + i0, r[u].x0.v);
+      store_chunk<bf16, 8>(y + a.half + i0, r[u].x1.v);
+    } else {
+      float x0[8], x1[8], y0[8], y1[8];
+      widen<bf16, 8>(r[u].x0, x0);
+      widen<bf16, 8>(r[u].x1, x1);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        y0[k] = fmaf(x0[k], c[k], -x1[k] * sn[k]);
+        y1[k] = fmaf(x0[k], sn[k], x1[k] * c[k]);
+      }
+      store_pack<bf16, 8>(y + i0, y0);
+      store_pack<bf16, 8>(y + a.half + i0, y1);
+    }
+  }
+}
+template <int KH, int kMath>
+void pattern_variant(const Bufs& b, int64_t T, double bytes, double copy) {
+  RopeKernelArgs a = make_args(b, T);
+  const int bx = 8;
+  int by = (HQ + HK + KH - 1) / KH;
+  int bz = std::max<int64_t>(1, std::min<int64_t>(256 / (bx * by), T));
+  dim3 grid((T + bz - 1) / bz), block(bx, by, bz);
+  auto k = pattern_kernel<KH, kMath>;
+  float us = time_med([&] { launch(k, grid, block, 0, a); }, true);
+  cudaFuncAttributes fa;
+  cudaFuncGetAttributes(&fa, k);
+  printf(
+      "pattern KH=%d math=%d T=%6ld regs=%3d block=%dx%dx%d  %8.2f us  %6.0f GB/s  %5.1f%% copy\n",
+      KH, kMath, (long)T, fa.numRegs, bx, by, bz, us, bytes / us / 1e3,
+      100 * bytes / us / 1e3 / copy);
+}
+int main() {
+  const int64_t TM = 65536;
+  Bufs b;
+  CK(cudaMalloc(&b.q, TM * HQ * D * 2));
+  CK(cudaMalloc(&b.k, TM * HK * D * 2));
+  CK(cudaMalloc(&b.qo, TM * HQ * D * 2));
+  CK(cudaMalloc(&b.ko, TM * HK * D * 2));
+  CK(cudaMalloc(&b.cache, TM * D * 4));
+  CK(cudaMalloc(&b.wq, D * 2));
+  CK(cudaMalloc(&b.wk, D * 2));
+  {
+    std::vector<uint16_t> h(TM * HQ * D);
+    for (size_t i = 0; i < h.size(); ++i) h[i] = 0x3f80 + (i * 2654435761u >> 20) % 256 - 128;
+    CK(cudaMemcpy(b.q, h.data(), TM * HQ * D * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(b.k, h.data(), TM * HK * D * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(b.wq, h.data(), D * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(b.wk, h.data() + 7, D * 2, cudaMemcpyHostToDevice));
+    std::vector<float> c(TM * D);
+    for (int64_t p = 0; p < TM; ++p)
+      for (int i = 0; i < D / 2; ++i) {
+        double ang = p * pow(10000.0, -2.0 * i / D);
+        c[p * D + i] = cos(ang);
+        c[p * D + D / 2 + i] = sin(ang);
+      }
+    CK(cudaMemcpy(b.cache, c.data(), c.size() * 4, cudaMemcpyHostToDevice));
+  }
+  gflush_n = (256u << 20) / 16;
+  CK(cudaMalloc(&gflush, gflush_n * 16));
+  CK(cudaMemset(gflush, 0, gflush_n * 16));
+  CK(cudaMalloc(&gdummy, 4));
+  const size_t cb = 671088640;
+  void *c0, *c1;
+  CK(cudaMalloc(&c0, cb));
+  CK(cudaMalloc(&c1, cb));
+  float cus = time_med([&] { cudaMemcpyAsync(c1, c0, cb, cudaMemcpyDeviceToDevice); }, true, 9);
+  double copy = 2.0 * cb / cus / 1e3;
+  printf("copy %.0f GB/s\n", copy);
+  cudaFree(c0);
+  cudaFree(c1);
+  for (int64_t T : {65536L, 16384L, 1024L, 64L, 1L}) {
+    double bytes = 2.0 * T * (HQ + HK) * D * 2;
+    if (T >= 16384) {
+      pattern_variant<2, 0>(b, T, bytes, copy);
+      pattern_variant<2, 1>(b, T, bytes, copy);
+    }
+    std::vector<uint16_t> ref, qref;
+    rope_variant<2, 3>(b, T, ref, bytes, copy);
+    rope_variant<2, 4>(b, T, ref, bytes, copy);
+    rope_variant<2, 3, false>(b, T, ref, bytes, copy);
+    qk_variant<1, 4>(b, T, qref, bytes, copy);
+    qk_pair_variant<3>(b, T, qref, bytes, copy);
+    qk_pair_variant<4>(b, T, qref, bytes, copy);
+  }
+  printf("done\n");
+}
