@@ -85,7 +85,7 @@ def environment_problem(cuda: bool) -> Optional[str]:
     reason = ropenorm.unavailable_reason()
     if reason:
         return (f"ropenorm's ops are unavailable ({reason}); build the package with "
-                "`pip install . --no-build-isolation`")
+                "`python3 -m pip install . --no-build-isolation`")
     return None
 
 

@@ -36,8 +36,8 @@ def _load() -> Optional[str]:
     if not os.path.exists(LIBRARY_PATH):
         return (
             f"the compiled extension {LIBRARY_PATH} is missing; build and install the package "
-            "with `pip install . --no-build-isolation` in an environment with a CUDA build of "
-            "torch and scikit-build-core"
+            "with `python3 -m pip install . --no-build-isolation` in an environment with a CUDA "
+            "build of torch and scikit-build-core"
         )
     try:
         torch.ops.load_library(LIBRARY_PATH)
