@@ -59,6 +59,7 @@
 
 #include <cstdint>
 
+#include "core/qk_norm_rope_plan.h"
 #include "core/rope_plan.h"
 #include "cuda/common/dtype.cuh"
 #include "cuda/common/pdl.cuh"
@@ -69,14 +70,11 @@
 
 namespace ropenorm::cuda {
 
-/// Threads per block of the fused kernel at most.
-constexpr int kQkNormRopeMaxThreads = 256;
-/// Channels per lane of the vector kernel (one 16-byte access of a 16-bit type).
-constexpr int kQkVecChannels = 8;
-/// Threads per block of the vector kernel at most.
-constexpr int kQkVecThreads = 256;
-/// Heads a lane group of the vector kernel loads before it computes any of them.
-constexpr int kQkVecHeadsPerGroup = 1;
+// Block sizes and channels per lane come from the planner (core/qk_norm_rope_plan.h).
+using core::kQkScalarMaxThreads;
+using core::kQkVecChannels;
+using core::kQkVecHeadsPerGroup;
+using core::kQkVecThreads;
 /// Blocks per multiprocessor the vector kernel's register budget is set for.
 constexpr int kQkVecMinBlocks = 4;
 /// Blocks per multiprocessor the pair kernel's register budget is set for.
@@ -101,7 +99,7 @@ __device__ __forceinline__ void qk_slot_channels(const RopeKernelArgs& a, int m,
 }
 
 template <typename T, int KS>
-__global__ void __launch_bounds__(kQkNormRopeMaxThreads)
+__global__ void __launch_bounds__(kQkScalarMaxThreads)
     qk_norm_rope_kernel(const QkNormRopeArgs args) {
   griddep_wait();
   const RopeKernelArgs& a = args.rope;

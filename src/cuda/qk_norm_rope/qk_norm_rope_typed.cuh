@@ -18,12 +18,12 @@
 namespace ropenorm::cuda {
 
 template <typename T>
-Status launch_qk_norm_rope_typed(const QkNormRopeArgs& a, const QkNormRopePlan& plan,
+Status launch_qk_norm_rope_typed(const QkNormRopeArgs& a, const core::QkNormRopePlan& plan,
                                  cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(plan.grid));
   const dim3 block(static_cast<unsigned>(plan.threads));
   cudaError_t err = cudaSuccess;
-  if (plan.pair) {
+  if (plan.kernel == core::QkKernel::kPair) {
     if constexpr (sizeof(T) == 2) {
       constexpr int V = kQkVecChannels;
       constexpr int KH = core::kRopeHeadsPerThread;
@@ -41,7 +41,7 @@ Status launch_qk_norm_rope_typed(const QkNormRopeArgs& a, const QkNormRopePlan& 
     } else {
       return Status(StatusCode::kUnsupported, "qk_norm_rope: no pair kernel for 32-bit q/k");
     }
-  } else if (plan.vector) {
+  } else if (plan.kernel == core::QkKernel::kVector) {
     if constexpr (sizeof(T) == 2) {
       err = launch_with_pdl(qk_norm_rope_vec_kernel<T, kQkVecHeadsPerGroup, kQkVecMinBlocks>, grid,
                             block, 0, stream, a);
@@ -77,8 +77,8 @@ Status launch_qk_norm_rope_typed(const QkNormRopeArgs& a, const QkNormRopePlan& 
   return Status::Ok();
 }
 
-#define ROPENORM_INSTANTIATE_QK_NORM_ROPE(T)                                                 \
-  template Status launch_qk_norm_rope_typed<T>(const QkNormRopeArgs&, const QkNormRopePlan&, \
+#define ROPENORM_INSTANTIATE_QK_NORM_ROPE(T)                                                       \
+  template Status launch_qk_norm_rope_typed<T>(const QkNormRopeArgs&, const core::QkNormRopePlan&, \
                                                cudaStream_t);
 
 }  // namespace ropenorm::cuda

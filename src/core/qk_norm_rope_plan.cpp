@@ -1,0 +1,53 @@
+// Launch planning for the fused QK-norm + RoPE forward (see qk_norm_rope_plan.h).
+#include "core/qk_norm_rope_plan.h"
+
+#include <algorithm>
+
+namespace ropenorm::core {
+
+namespace {
+
+bool power_of_two_upto_32(int64_t v) { return v >= 1 && v <= 32 && (v & (v - 1)) == 0; }
+
+}  // namespace
+
+QkNormRopePlan plan_qk_norm_rope(const QkNormRopeFacts& f) {
+  QkNormRopePlan p;
+  const bool vec16 = f.elem_size == 2 && f.access_width == kQkVecChannels;
+  const int64_t half = f.rotary_dim / 2;
+  if (vec16 && f.rotary_dim == f.head_dim && half % kQkVecChannels == 0 &&
+      power_of_two_upto_32(half / kQkVecChannels) && f.weights_aligned16) {
+    p.kernel = QkKernel::kPair;
+    p.rope = plan_rope(f.tokens, f.heads, half, kQkVecChannels);
+    return p;
+  }
+  const int64_t vec_lanes = f.head_dim / kQkVecChannels;
+  if (vec16 && f.head_dim % kQkVecChannels == 0 && power_of_two_upto_32(vec_lanes)) {
+    p.kernel = QkKernel::kVector;
+    p.group = static_cast<int>(vec_lanes);
+    const int64_t max_groups = kQkVecThreads / vec_lanes;
+    const int64_t ng =
+        std::min<int64_t>(max_groups, (f.heads + kQkVecHeadsPerGroup - 1) / kQkVecHeadsPerGroup);
+    const int64_t tpb = std::max<int64_t>(1, std::min<int64_t>(max_groups / ng, f.tokens));
+    p.groups_per_token = static_cast<int>(ng);
+    p.threads = static_cast<int>(tpb * ng * vec_lanes);
+    p.grid = std::min<int64_t>((f.tokens + tpb - 1) / tpb, kQkMaxGrid);
+    return p;
+  }
+  p.kernel = QkKernel::kScalar;
+  const int64_t slots = f.head_dim / 2;
+  int g = 1;
+  while (g < 32 && g < slots) g <<= 1;
+  p.group = g;
+  const int64_t need = (slots + g - 1) / g;
+  p.slots_per_lane = need <= 1 ? 1 : need <= 2 ? 2 : need <= 4 ? 4 : 8;
+  const int64_t heads_per_warp = 32 / g;
+  const int64_t warps_needed = (f.heads + heads_per_warp - 1) / heads_per_warp;
+  const int64_t warps =
+      std::min<int64_t>(kQkScalarMaxThreads / 32, std::max<int64_t>(1, warps_needed));
+  p.threads = static_cast<int>(warps * 32);
+  p.grid = std::min<int64_t>(f.tokens, kQkMaxGrid);
+  return p;
+}
+
+}  // namespace ropenorm::core

@@ -1,0 +1,62 @@
+// Launch planning for the fused QK-norm + RoPE forward: which of its three kernels runs and with
+// what shape, decided on the host from the head geometry and the alignment facts. Every kernel
+// gives the same bits (same per-lane sums in a fixed order, same butterfly, same formulas), so
+// the choice changes speed only.
+#pragma once
+
+#include <cstdint>
+
+#include "core/rope_plan.h"
+
+namespace ropenorm::core {
+
+/// Channels per lane of the vector and pair kernels (one 16-byte access of a 16-bit type).
+constexpr int kQkVecChannels = 8;
+/// Threads per block of the vector kernel at most.
+constexpr int kQkVecThreads = 256;
+/// Heads a lane group of the vector kernel loads before it computes any of them.
+constexpr int kQkVecHeadsPerGroup = 1;
+/// Threads per block of the scalar (generic) kernel at most.
+constexpr int kQkScalarMaxThreads = 256;
+/// Largest grid launched (the kernels loop over the remaining tokens).
+constexpr int64_t kQkMaxGrid = int64_t{1} << 30;
+
+/// What the planner needs to know about a validated call.
+struct QkNormRopeFacts {
+  int elem_size = 2;               ///< bytes per q/k element
+  int access_width = 1;            ///< widest vector every q/k/out/cos-sin operand allows (rope)
+  bool weights_aligned16 = false;  ///< wq and wk both 16-byte aligned
+  int64_t tokens = 0;
+  int64_t heads = 0;       ///< Hq + Hk
+  int64_t head_dim = 0;    ///< D
+  int64_t rotary_dim = 0;  ///< R
+};
+
+enum class QkKernel {
+  kPair,    ///< the RoPE kernel's layout plus the norm (16-bit, 16-byte accesses, R = D)
+  kVector,  ///< 8 contiguous channels per lane, the NeoX partner by shuffle (16-bit)
+  kScalar,  ///< any even D and alignment: a pair per lane slot, scalar accesses
+};
+
+/// Kernel and launch shape.
+struct QkNormRopePlan {
+  QkKernel kernel = QkKernel::kScalar;
+  RopePlan rope;             ///< kPair: block (bx, by, bz), grid, single-round
+  int group = 1;             ///< kVector / kScalar: lanes per head vector (a power of two <= 32)
+  int groups_per_token = 1;  ///< kVector: lane groups serving one token
+  int slots_per_lane = 1;    ///< kScalar: KS in {1, 2, 4, 8}
+  int threads = 32;          ///< kVector / kScalar: threads per block
+  int64_t grid = 1;          ///< kVector / kScalar: blocks (each loops over its tokens)
+};
+
+/// The first kernel that applies, in the order pair, vector, scalar:
+///  - pair: 16-bit q/k, access width 8, R = D, h / 8 a power of two <= 32, both weights 16-byte
+///    aligned; shape from plan_rope(T, heads, h, 8);
+///  - vector: 16-bit q/k, access width 8, D / 8 a power of two <= 32; groups of
+///    kQkVecHeadsPerGroup heads, enough for all of a token's heads (at most a block), as many
+///    tokens per block as fit in kQkVecThreads;
+///  - scalar: group = the smallest power of two >= D / 2 (at most 32), KS = ceil(D / 2 / group)
+///    rounded up to 1, 2, 4, 8, enough warps for the token's heads (at most kQkScalarMaxThreads).
+QkNormRopePlan plan_qk_norm_rope(const QkNormRopeFacts& f);
+
+}  // namespace ropenorm::core

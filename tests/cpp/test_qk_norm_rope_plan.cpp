@@ -1,0 +1,115 @@
+// Planning of the fused QK-norm + RoPE forward: which kernel serves which geometry and alignment,
+// and the launch shapes (each decided from the head geometry and alignment, never from the
+// data).
+#include <gtest/gtest.h>
+
+#include "core/qk_norm_rope_plan.h"
+
+namespace ropenorm::core {
+namespace {
+
+QkNormRopeFacts facts(int64_t tokens, int64_t heads, int64_t d, int64_t r, int width = 8,
+                      int elem = 2, bool w16 = true) {
+  QkNormRopeFacts f;
+  f.elem_size = elem;
+  f.access_width = width;
+  f.weights_aligned16 = w16;
+  f.tokens = tokens;
+  f.heads = heads;
+  f.head_dim = d;
+  f.rotary_dim = r;
+  return f;
+}
+
+TEST(CpuQkNormRopePlan, PairKernelForFullRotaryAligned16Bit) {
+  // Qwen3-like: 32 q + 8 k heads, D 128, R = D.
+  QkNormRopePlan p = plan_qk_norm_rope(facts(65536, 40, 128, 128));
+  EXPECT_EQ(p.kernel, QkKernel::kPair);
+  EXPECT_EQ(p.rope.vec, 8);
+  EXPECT_EQ(p.rope.bx, 8);  // 64 pairs / 8 per lane
+  EXPECT_EQ(p.rope.by, 20);
+  EXPECT_TRUE(p.rope.single);
+  EXPECT_EQ(p.rope.grid * p.rope.bz, 65536);
+  // D 64 and 256, decode.
+  EXPECT_EQ(plan_qk_norm_rope(facts(1, 40, 64, 64)).kernel, QkKernel::kPair);
+  p = plan_qk_norm_rope(facts(1, 40, 256, 256));
+  EXPECT_EQ(p.kernel, QkKernel::kPair);
+  EXPECT_EQ(p.rope.bx, 16);
+  EXPECT_FALSE(p.rope.single);  // 16 rows of 2 heads cover 32 of the 40
+}
+
+TEST(CpuQkNormRopePlan, VectorKernelWhenThePairKernelDoesNotApply) {
+  // Partial rotary.
+  QkNormRopePlan p = plan_qk_norm_rope(facts(1024, 40, 128, 64));
+  EXPECT_EQ(p.kernel, QkKernel::kVector);
+  EXPECT_EQ(p.group, 16);
+  EXPECT_EQ(p.groups_per_token, 16);  // 256 threads / 16 lanes, fewer than 40 heads
+  EXPECT_EQ(p.threads, 256);
+  EXPECT_EQ(p.grid, 1024);
+  // A weight that is not 16-byte aligned.
+  EXPECT_EQ(plan_qk_norm_rope(facts(1024, 40, 128, 128, 8, 2, false)).kernel, QkKernel::kVector);
+  // h / 8 not a power of two (R = D = 96): vector kernel needs D / 8 a power of two: scalar.
+  EXPECT_EQ(plan_qk_norm_rope(facts(1024, 40, 96, 96)).kernel, QkKernel::kScalar);
+  // Few heads: several tokens per block.
+  p = plan_qk_norm_rope(facts(1000, 2, 64, 32));
+  EXPECT_EQ(p.kernel, QkKernel::kVector);
+  EXPECT_EQ(p.group, 8);
+  EXPECT_EQ(p.groups_per_token, 2);
+  EXPECT_EQ(p.threads, 256);  // 16 tokens x 2 groups x 8 lanes
+  EXPECT_EQ(p.grid, 63);
+}
+
+TEST(CpuQkNormRopePlan, ScalarKernelForEverythingElse) {
+  // 32-bit q/k, misaligned views, odd head counts of small heads.
+  QkNormRopePlan p = plan_qk_norm_rope(facts(10, 40, 128, 128, 4, 4));
+  EXPECT_EQ(p.kernel, QkKernel::kScalar);
+  EXPECT_EQ(p.group, 32);
+  EXPECT_EQ(p.slots_per_lane, 2);  // 64 slots over 32 lanes
+  EXPECT_EQ(p.threads, kQkScalarMaxThreads);
+  EXPECT_EQ(p.grid, 10);
+  p = plan_qk_norm_rope(facts(3, 3, 6, 6, 1));  // D = 6: 3 slots, groups of 4 lanes
+  EXPECT_EQ(p.kernel, QkKernel::kScalar);
+  EXPECT_EQ(p.group, 4);
+  EXPECT_EQ(p.slots_per_lane, 1);
+  EXPECT_EQ(p.threads, 32);
+  p = plan_qk_norm_rope(facts(3, 1, 512, 512, 1));  // 256 slots over 32 lanes
+  EXPECT_EQ(p.slots_per_lane, 8);
+  p = plan_qk_norm_rope(facts(3, 1, 2, 2, 1));  // D = 2: one lane per head
+  EXPECT_EQ(p.group, 1);
+}
+
+TEST(CpuQkNormRopePlan, ShapesStayWithinTheKernelsLimits) {
+  for (int64_t tokens : {1, 2, 7, 1000, 100000}) {
+    for (int64_t heads : {1, 2, 9, 40, 160}) {
+      for (int64_t d : {2, 6, 16, 64, 80, 128, 256, 512}) {
+        for (int64_t r : {d, d / 2 / 2 * 2}) {
+          if (r < 2) continue;
+          for (int width : {1, 8}) {
+            const QkNormRopePlan p = plan_qk_norm_rope(facts(tokens, heads, d, r, width));
+            switch (p.kernel) {
+              case QkKernel::kPair:
+                EXPECT_EQ(r, d);
+                EXPECT_LE(p.rope.bx * p.rope.by * p.rope.bz, kRopeBlockThreads);
+                EXPECT_EQ(p.rope.bx * kQkVecChannels * 2, r);
+                break;
+              case QkKernel::kVector:
+                EXPECT_LE(p.threads, kQkVecThreads);
+                EXPECT_EQ(p.group * kQkVecChannels, d);
+                EXPECT_GE(p.grid * (p.threads / (p.group * p.groups_per_token)), tokens);
+                break;
+              case QkKernel::kScalar:
+                EXPECT_LE(p.threads, kQkScalarMaxThreads);
+                EXPECT_EQ(p.threads % 32, 0);
+                EXPECT_GE(static_cast<int64_t>(p.group) * p.slots_per_lane, d / 2);
+                EXPECT_EQ(p.grid, tokens);
+                break;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ropenorm::core
