@@ -7,6 +7,7 @@
 //                                 launch one kernel R times on random bf16 data (for ncu)
 // Without a GPU, verify and bench say so, run the oracle's self-checks, and exit 0.
 #include <CLI/CLI.hpp>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -115,8 +116,14 @@ int run_main_job(bool timing, bool quick, const std::string& out_dir,
   Status st = Status::Ok();
   const auto family = [&](const char* name, auto&& run) {
     if (!st.ok() || !want(name)) return;
+    const auto t0 = std::chrono::steady_clock::now();
     st = run();
     if (st.ok()) st = write_receipt();
+    const double secs =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::printf("(%s: %.0f s, checks and timing%s)\n", name, secs,
+                timing && st.ok() ? "; receipts rewritten" : "");
+    std::fflush(stdout);
   };
   family("rms_norm", [&] { return bench::bench_rms_norm(o, &rows, std::cout); });
   family("rope", [&] { return bench::bench_rope(o, &rows, std::cout); });
