@@ -383,46 +383,20 @@ __device__ __forceinline__ void qk_pair_head(const QkNormRopeArgs& args, const R
   }
 }
 
-/// Pair kernel, token (b, s) = t: the thread's c_i, s_i, then its heads hfirst, hfirst + hstep,
-/// ... (KH at a time; one round only when kOneRound).
+/// Pair kernel, token t: normalises and rotates the thread's pairs in every head it owns.
 template <typename T, int V, int KH, bool kGptj, bool kOneRound>
 __device__ __forceinline__ void qk_pair_token(const QkNormRopeArgs& args, int64_t t, int hfirst,
                                               int hstep, unsigned mask) {
   const RopeKernelArgs& a = args.rope;
-  const int heads = a.hq + a.hk;
   const int64_t b = t / a.seq;
   const int64_t s = t - b * a.seq;
   const RopeTokenPtrs<T> tp = rope_token_ptrs<T>(a, b, s);
-  const int i0 = threadIdx.x * V;
-  const int oa = kGptj ? 2 * i0 : i0;
-  const int ob = kGptj ? 2 * i0 + V : a.half + i0;
-  // Computed cos/sin before the head loads; loaded cos/sin after the first heads' loads.
-  const bool computed = a.source == RopeSource::kInvFreq;
-  float c[V], sn[V];
-  if (computed) rope_cos_sin_computed<V>(a, rope_position(a, b, s), i0, c, sn);
-  RopeHeadRegs<T, V> regs[KH];
-  rope_load_heads<T, V, KH>(a, tp, hfirst, heads, oa, ob, regs);
-  if (!computed) {
-    const int64_t p = a.source == RopeSource::kGathered ? 0 : rope_position(a, b, s);
-    rope_cos_sin_loaded<V>(a, p, b, s, i0, c, sn);
-  }
-#pragma unroll
-  for (int u = 0; u < KH; ++u) {
-    if (hfirst + u < heads) {
-      qk_pair_head<T, V, kGptj>(args, tp, t, hfirst + u, oa, ob, regs[u], c, sn, mask, blockDim.x);
-    }
-  }
-  if constexpr (!kOneRound) {
-    for (int h0 = hfirst + hstep; h0 < heads; h0 += hstep) {
-      rope_load_heads<T, V, KH>(a, tp, h0, heads, oa, ob, regs);
-#pragma unroll
-      for (int u = 0; u < KH; ++u) {
-        if (h0 + u < heads) {
-          qk_pair_head<T, V, kGptj>(args, tp, t, h0 + u, oa, ob, regs[u], c, sn, mask, blockDim.x);
-        }
-      }
-    }
-  }
+  rope_head_rounds<T, V, KH, kGptj, kOneRound>(
+      a, tp, b, s, threadIdx.x, hfirst, hstep,
+      [&](int hh, int oa, int ob, const RopeHeadRegs<T, V>& regs, const float(&c)[V],
+          const float(&sn)[V]) {
+        qk_pair_head<T, V, kGptj>(args, tp, t, hh, oa, ob, regs, c, sn, mask, blockDim.x);
+      });
 }
 
 /// Pair kernel: KH heads per thread; at least kMinBlocks blocks resident per multiprocessor;

@@ -226,32 +226,20 @@ __device__ __forceinline__ void rope_load_heads(const RopeKernelArgs& a, const R
   }
 }
 
-/// Rotates and stores the heads rope_load_heads loaded.
-template <typename T, int V, int KH, bool kGptj>
-__device__ __forceinline__ void rope_store_heads(const RopeKernelArgs& a,
-                                                 const RopeTokenPtrs<T>& tp, int h0, int heads,
-                                                 int oa, int ob,
-                                                 const RopeHeadRegs<T, V> (&regs)[KH],
-                                                 const float (&c)[V], const float (&sn)[V]) {
-#pragma unroll
-  for (int u = 0; u < KH; ++u) {
-    if (h0 + u < heads) rope_store_head<T, V, kGptj>(a, tp, h0 + u, oa, ob, regs[u], c, sn);
-  }
-}
-
-/// Thread's pair vector j of token (b, s): its c_i, s_i, then heads hfirst, hfirst + hstep, ...
-/// (KH at a time); kOneRound: the launcher checked that the first KH heads are all there are
-/// for this thread (hstep >= heads), so no loop is compiled.
-template <typename T, int V, int KH, bool kGptj, bool kOneRound>
-__device__ __forceinline__ void rope_pairs_of_token(const RopeKernelArgs& a, int64_t b, int64_t s,
-                                                    int j, int hfirst, int hstep) {
+/// The rounds of heads of one thread's pair vector j of token (b, s), shared by the RoPE and
+/// the QK-norm + RoPE pair kernels: the thread's c_i, s_i (computed ones before the head loads,
+/// loaded ones after the first round's loads, so their latency overlaps), then heads hfirst,
+/// hfirst + hstep, ... KH at a time, all of a round's loads issued before head(hh, regs[u], c,
+/// sn) runs on any of them. kOneRound: the launcher checked that the first KH heads are all
+/// there are for this thread (hstep >= heads), so no loop is compiled.
+template <typename T, int V, int KH, bool kGptj, bool kOneRound, typename HeadFn>
+__device__ __forceinline__ void rope_head_rounds(const RopeKernelArgs& a,
+                                                 const RopeTokenPtrs<T>& tp, int64_t b, int64_t s,
+                                                 int j, int hfirst, int hstep, HeadFn&& head) {
   const int heads = a.hq + a.hk;
-  const RopeTokenPtrs<T> tp = rope_token_ptrs<T>(a, b, s);
   const int i0 = j * V;
   const int oa = kGptj ? 2 * i0 : i0;
   const int ob = kGptj ? 2 * i0 + V : a.half + i0;
-  // Computed cos/sin (register-hungry) before the head loads; loaded cos/sin after them, so
-  // their latency overlaps the head loads'.
   const bool computed = a.source == RopeSource::kInvFreq;
   float c[V], sn[V];
   if (computed) rope_cos_sin_computed<V>(a, rope_position(a, b, s), i0, c, sn);
@@ -261,13 +249,30 @@ __device__ __forceinline__ void rope_pairs_of_token(const RopeKernelArgs& a, int
     const int64_t p = a.source == RopeSource::kGathered ? 0 : rope_position(a, b, s);
     rope_cos_sin_loaded<V>(a, p, b, s, i0, c, sn);
   }
-  rope_store_heads<T, V, KH, kGptj>(a, tp, hfirst, heads, oa, ob, regs, c, sn);
+#pragma unroll
+  for (int u = 0; u < KH; ++u) {
+    if (hfirst + u < heads) head(hfirst + u, oa, ob, regs[u], c, sn);
+  }
   if constexpr (!kOneRound) {
     for (int h0 = hfirst + hstep; h0 < heads; h0 += hstep) {
       rope_load_heads<T, V, KH>(a, tp, h0, heads, oa, ob, regs);
-      rope_store_heads<T, V, KH, kGptj>(a, tp, h0, heads, oa, ob, regs, c, sn);
+#pragma unroll
+      for (int u = 0; u < KH; ++u) {
+        if (h0 + u < heads) head(h0 + u, oa, ob, regs[u], c, sn);
+      }
     }
   }
+}
+
+/// Thread's pair vector j of token (b, s): rotates it in every head the thread owns.
+template <typename T, int V, int KH, bool kGptj, bool kOneRound>
+__device__ __forceinline__ void rope_pairs_of_token(const RopeKernelArgs& a, int64_t b, int64_t s,
+                                                    int j, int hfirst, int hstep) {
+  const RopeTokenPtrs<T> tp = rope_token_ptrs<T>(a, b, s);
+  rope_head_rounds<T, V, KH, kGptj, kOneRound>(
+      a, tp, b, s, j, hfirst, hstep,
+      [&](int hh, int oa, int ob, const RopeHeadRegs<T, V>& regs, const float(&c)[V],
+          const float(&sn)[V]) { rope_store_head<T, V, kGptj>(a, tp, hh, oa, ob, regs, c, sn); });
 }
 
 /// Pass-through channels R .. D - 1 of token (b, s), shared by the (x, y) threads of its slice.
