@@ -239,6 +239,35 @@ __device__ __forceinline__ void qk_vec_head(const QkNormRopeArgs& args, const Ra
   if (rstd_out != nullptr) *rstd_out = r;
 }
 
+/// A vector-kernel lane's c_i, s_i of token (b, s) (kComputed: the kInvFreq source, else a
+/// table): its 8 pairs from i0 for neox; for gptj its 4 pairs (channels 8l .. 8l + 7) in the
+/// first 4 entries, the rest left as the caller set them.
+template <bool kComputed>
+__device__ __forceinline__ void qk_vec_cos_sin(const RopeKernelArgs& a, int64_t b, int64_t s,
+                                               int i0, float (&cc)[kQkVecChannels],
+                                               float (&sn)[kQkVecChannels]) {
+  constexpr int E = kQkVecChannels;
+  const int64_t p = !kComputed && a.source == RopeSource::kGathered ? 0 : rope_position(a, b, s);
+  const auto fill = [&](auto& c, auto& sv) {
+    if constexpr (kComputed) {
+      rope_cos_sin_computed(a, p, i0, c, sv);
+    } else {
+      rope_cos_sin_loaded(a, p, b, s, i0, c, sv);
+    }
+  };
+  if (a.gptj) {
+    float c4[E / 2], s4[E / 2];
+    fill(c4, s4);
+#pragma unroll
+    for (int k = 0; k < E / 2; ++k) {
+      cc[k] = c4[k];
+      sn[k] = s4[k];
+    }
+  } else {
+    fill(cc, sn);
+  }
+}
+
 /// KH heads per group; at least kMinBlocks blocks resident per multiprocessor.
 template <typename T, int KH, int kMinBlocks>
 __global__ void __launch_bounds__(kQkVecThreads, kMinBlocks)
@@ -287,51 +316,22 @@ __global__ void __launch_bounds__(kQkVecThreads, kMinBlocks)
       sn[i] = 0.0f;
     }
     const bool computed = a.source == RopeSource::kInvFreq;
-    if (rotary && computed) {
-      const int64_t p = rope_position(a, b, s);
-      if (a.gptj) {
-        float c4[E / 2], s4[E / 2];
-        rope_cos_sin_computed<E / 2>(a, p, i0, c4, s4);
-#pragma unroll
-        for (int k = 0; k < E / 2; ++k) {
-          cc[k] = c4[k];
-          sn[k] = s4[k];
-        }
-      } else {
-        rope_cos_sin_computed<E>(a, p, i0, cc, sn);
-      }
-    }
+    if (rotary && computed) qk_vec_cos_sin<true>(a, b, s, i0, cc, sn);
     for (int h0 = hfirst; h0 < heads; h0 += hstep) {
       RawVec<T, E> xr[KH];
 #pragma unroll
       for (int u = 0; u < KH; ++u) {
         const int hh = h0 + u;
-        if (hh < heads) {
-          const T* x = hh < a.hq ? tp.q + hh * a.q.sh : tp.k + (hh - a.hq) * a.k.sh;
-          load_raw<T, E>(x + c0, xr[u]);
-        }
+        if (hh < heads) load_raw<T, E>(rope_in_head<T>(a, tp, hh) + c0, xr[u]);
       }
-      if (h0 == hfirst && rotary && !computed) {
-        const int64_t p = a.source == RopeSource::kGathered ? 0 : rope_position(a, b, s);
-        if (a.gptj) {
-          float c4[E / 2], s4[E / 2];
-          rope_cos_sin_loaded<E / 2>(a, p, b, s, i0, c4, s4);
-#pragma unroll
-          for (int k = 0; k < E / 2; ++k) {
-            cc[k] = c4[k];
-            sn[k] = s4[k];
-          }
-        } else {
-          rope_cos_sin_loaded<E>(a, p, b, s, i0, cc, sn);
-        }
-      }
+      if (h0 == hfirst && rotary && !computed) qk_vec_cos_sin<false>(a, b, s, i0, cc, sn);
 #pragma unroll
       for (int u = 0; u < KH; ++u) {
         const int hh = h0 + u;
         if (hh < heads) {
           const bool is_q = hh < a.hq;
           const int local = is_q ? hh : hh - a.hq;
-          T* out = is_q ? tp.q_out + local * a.q_out.sh : tp.k_out + local * a.k_out.sh;
+          T* out = rope_out_head<T>(a, tp, hh);
           float* rs = nullptr;
           if (is_q ? want_q_rstd : want_k_rstd) {
             rs = (is_q ? args.q_rstd : args.k_rstd) + t * (is_q ? a.hq : a.hk) + local;

@@ -142,10 +142,17 @@ __device__ __forceinline__ RopeTokenPtrs<T> rope_token_ptrs(const RopeKernelArgs
   return p;
 }
 
+/// Input pointer of head hh (q heads first, then k) of a token.
+template <typename T>
+__device__ __forceinline__ const T* rope_in_head(const RopeKernelArgs& a,
+                                                 const RopeTokenPtrs<T>& tp, int hh) {
+  return hh < a.hq ? tp.q + hh * a.q.sh : tp.k + (hh - a.hq) * a.k.sh;
+}
+
 template <typename T, int V>
 __device__ __forceinline__ void rope_load_head(const RopeKernelArgs& a, const RopeTokenPtrs<T>& tp,
                                                int hh, int oa, int ob, RopeHeadRegs<T, V>& regs) {
-  const T* x = hh < a.hq ? tp.q + hh * a.q.sh : tp.k + (hh - a.hq) * a.k.sh;
+  const T* x = rope_in_head<T>(a, tp, hh);
   load_raw<T, V>(x + oa, regs.x0);
   load_raw<T, V>(x + ob, regs.x1);
 }
