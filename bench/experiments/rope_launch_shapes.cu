@@ -136,97 +136,86 @@ void launch(K kern, dim3 grid, dim3 block, cudaStream_t s, const auto& a) {
   cfg.numAttrs = 1;
   CK(cudaLaunchKernelEx(&cfg, kern, a));
 }
-template <int KH, int MB, bool kSingle = true>
-void rope_variant(const Bufs& b, int64_t T, std::vector<uint16_t>& ref, double bytes, double copy) {
-  RopeKernelArgs a = make_args(b, T);
-  const int bx = 8;
-  int by = std::min<int>((HQ + HK + KH - 1) / KH, 256 / bx);
-  int bz = std::min<int64_t>(std::min(256 / (bx * by), 64), T);
-  dim3 grid((T + bz - 1) / bz), block(bx, by, bz);
-  auto k = rope_kernel<bf16, 8, KH, MB, false, kSingle>;
-  auto run = [&](cudaStream_t s) { launch(k, grid, block, s, a); };
+// Runs kernel k (PDL launch) on args, timed (CUDA-graph replay for T = 1, cold L2 otherwise),
+// after poisoning q_out; compares q_out with ref (the first variant of a T fills ref).
+struct Measured {
+  float us;
+  int regs;
+  size_t diff;  // q_out elements that differ from ref
+};
+template <typename K, typename Args>
+Measured measure(K k, dim3 grid, dim3 block, const Args& args, const Bufs& b, int64_t T,
+                 std::vector<uint16_t>& ref) {
+  auto run = [&](cudaStream_t s) { launch(k, grid, block, s, args); };
   CK(cudaMemset(b.qo, 0xff, T * HQ * D * 2));
-  float us = T == 1 ? time_graph(run) : time_med([&] { run(0); }, true);
+  Measured m{};
+  m.us = T == 1 ? time_graph(run) : time_med([&] { run(0); }, true);
   std::vector<uint16_t> out(T * HQ * D);
   CK(cudaMemcpy(out.data(), b.qo, out.size() * 2, cudaMemcpyDeviceToHost));
-  bool same = ref.empty() || ref == out;
-  if (ref.empty()) ref = out;
+  if (ref.empty()) {
+    ref = out;
+  } else {
+    for (size_t i = 0; i < out.size(); ++i) m.diff += ref[i] != out[i];
+  }
   cudaFuncAttributes fa;
   cudaFuncGetAttributes(&fa, k);
+  m.regs = fa.numRegs;
+  return m;
+}
+QkNormRopeArgs make_qk_args(const Bufs& b, int64_t T) {
+  QkNormRopeArgs qa{};
+  qa.rope = make_args(b, T);
+  qa.wq = b.wq;
+  qa.wk = b.wk;
+  qa.wq_dtype = qa.wk_dtype = DType::kBFloat16;
+  qa.eps = 1e-6f;
+  qa.weight_offset = 0.f;
+  qa.q_rstd = qa.k_rstd = nullptr;
+  qa.group = D / 8;
+  qa.slots = D / 2;
+  return qa;
+}
+template <int KH, int MB, bool kSingle = true>
+void rope_variant(const Bufs& b, int64_t T, std::vector<uint16_t>& ref, double bytes, double copy) {
+  const int bx = 8;
+  const int by = std::min<int>((HQ + HK + KH - 1) / KH, 256 / bx);
+  const int bz = std::min<int64_t>(std::min(256 / (bx * by), 64), T);
+  const Measured m = measure(rope_kernel<bf16, 8, KH, MB, false, kSingle>, dim3((T + bz - 1) / bz),
+                             dim3(bx, by, bz), make_args(b, T), b, T, ref);
   printf(
       "rope single=%d KH=%d MB=%d T=%6ld regs=%3d block=%dx%dx%d  %8.2f us  %6.0f GB/s  %5.1f%% "
       "copy  %s\n",
-      (int)kSingle, KH, MB, (long)T, fa.numRegs, bx, by, bz, us, bytes / us / 1e3,
-      100 * bytes / us / 1e3 / copy, same ? "same" : "DIFF");
+      (int)kSingle, KH, MB, (long)T, m.regs, bx, by, bz, m.us, bytes / m.us / 1e3,
+      100 * bytes / m.us / 1e3 / copy, m.diff == 0 ? "same" : "DIFF");
 }
 template <int KH, int MB>
 void qk_variant(const Bufs& b, int64_t T, std::vector<uint16_t>& ref, double bytes, double copy) {
-  QkNormRopeArgs qa{};
-  qa.rope = make_args(b, T);
-  qa.wq = b.wq;
-  qa.wk = b.wk;
-  qa.wq_dtype = qa.wk_dtype = DType::kBFloat16;
-  qa.eps = 1e-6f;
-  qa.weight_offset = 0.f;
-  qa.q_rstd = qa.k_rstd = nullptr;
-  qa.group = D / 8;
-  qa.slots = D / 2;
+  QkNormRopeArgs qa = make_qk_args(b, T);
   const int G = D / 8;
-  int maxg = 256 / G;
-  int ng = std::min(maxg, (HQ + HK + KH - 1) / KH);
-  int tpb = std::min<int64_t>(maxg / ng, T);
+  const int maxg = 256 / G;
+  const int ng = std::min(maxg, (HQ + HK + KH - 1) / KH);
+  const int tpb = std::min<int64_t>(maxg / ng, T);
   qa.groups_per_token = ng;
-  dim3 grid((T + tpb - 1) / tpb), block(tpb * ng * G);
-  auto k = qk_norm_rope_vec_kernel<bf16, KH, MB>;
-  auto run = [&](cudaStream_t s) { launch(k, grid, block, s, qa); };
-  CK(cudaMemset(b.qo, 0xff, T * HQ * D * 2));
-  float us = T == 1 ? time_graph(run) : time_med([&] { run(0); }, true);
-  std::vector<uint16_t> out(T * HQ * D);
-  CK(cudaMemcpy(out.data(), b.qo, out.size() * 2, cudaMemcpyDeviceToHost));
-  bool same = ref.empty() || ref == out;
-  if (ref.empty()) ref = out;
-  cudaFuncAttributes fa;
-  cudaFuncGetAttributes(&fa, k);
+  const dim3 block(tpb * ng * G);
+  const Measured m = measure(qk_norm_rope_vec_kernel<bf16, KH, MB>, dim3((T + tpb - 1) / tpb),
+                             block, qa, b, T, ref);
   printf(
       "qk   KH=%d MB=%d T=%6ld regs=%3d threads=%3d      %8.2f us  %6.0f GB/s  %5.1f%% copy  %s\n",
-      KH, MB, (long)T, fa.numRegs, block.x, us, bytes / us / 1e3, 100 * bytes / us / 1e3 / copy,
-      same ? "same" : "DIFF");
+      KH, MB, (long)T, m.regs, block.x, m.us, bytes / m.us / 1e3, 100 * bytes / m.us / 1e3 / copy,
+      m.diff == 0 ? "same" : "DIFF");
 }
-
 template <int MB>
 void qk_pair_variant(const Bufs& b, int64_t T, std::vector<uint16_t>& ref, double bytes,
                      double copy) {
-  QkNormRopeArgs qa{};
-  qa.rope = make_args(b, T);
-  qa.wq = b.wq;
-  qa.wk = b.wk;
-  qa.wq_dtype = qa.wk_dtype = DType::kBFloat16;
-  qa.eps = 1e-6f;
-  qa.weight_offset = 0.f;
-  qa.q_rstd = qa.k_rstd = nullptr;
-  qa.group = D / 8;
-  qa.slots = D / 2;
   const core::RopePlan pl = core::plan_rope(T, HQ + HK, D / 2, 8);
-  dim3 grid(pl.grid), block(pl.bx, pl.by, pl.bz);
-  auto k = qk_norm_rope_pair_kernel<bf16, 8, 2, MB, false, true>;
-  auto run = [&](cudaStream_t s) { launch(k, grid, block, s, qa); };
-  CK(cudaMemset(b.qo, 0xff, T * HQ * D * 2));
-  float us = T == 1 ? time_graph(run) : time_med([&] { run(0); }, true);
-  std::vector<uint16_t> out(T * HQ * D);
-  CK(cudaMemcpy(out.data(), b.qo, out.size() * 2, cudaMemcpyDeviceToHost));
-  size_t diff = 0;
-  if (!ref.empty())
-    for (size_t i = 0; i < out.size(); ++i) diff += ref[i] != out[i];
-  cudaFuncAttributes fa;
-  cudaFuncGetAttributes(&fa, k);
+  const Measured m = measure(qk_norm_rope_pair_kernel<bf16, 8, 2, MB, false, true>, dim3(pl.grid),
+                             dim3(pl.bx, pl.by, pl.bz), make_qk_args(b, T), b, T, ref);
   printf(
       "qkpair single=%d MB=%d T=%6ld regs=%3d block=%dx%dx%d %8.2f us  %6.0f GB/s  %5.1f%% copy  "
-      "diff-vs-vec=%zu of %zu\n",
-      (int)pl.single, MB, (long)T, fa.numRegs, pl.bx, pl.by, pl.bz, us, bytes / us / 1e3,
-      100 * bytes / us / 1e3 / copy, diff, out.size());
+      "diff-vs-vec=%zu of %ld\n",
+      (int)pl.single, MB, (long)T, m.regs, pl.bx, pl.by, pl.bz, m.us, bytes / m.us / 1e3,
+      100 * bytes / m.us / 1e3 / copy, m.diff, (long)(T * HQ * D));
 }
-// Diagnostic: the rope kernel's access pattern with (kMath=0) no arithmetic, (1) plain fp32
-// rotation.
 template <int KH, int kMath>
 __global__ void __launch_bounds__(256, 2) pattern_kernel(const RopeKernelArgs a) {
   const int heads = a.hq + a.hk;
