@@ -5,9 +5,6 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <cstring>
-#include <string>
-#include <vector>
 
 #include "core/checks.h"
 #include "core/dispatch.h"
