@@ -208,8 +208,9 @@ template <int MB>
 void qk_pair_variant(const Bufs& b, int64_t T, std::vector<uint16_t>& ref, double bytes,
                      double copy) {
   const core::RopePlan pl = core::plan_rope(T, HQ + HK, D / 2, 8);
-  const Measured m = measure(qk_norm_rope_pair_kernel<bf16, 8, 2, MB, false, true>, dim3(pl.grid),
-                             dim3(pl.bx, pl.by, pl.bz), make_qk_args(b, T), b, T, ref);
+  const Measured m =
+      measure(qk_norm_rope_pair_kernel<bf16, 8, 2, MB, false, true>, rope_launch_grid(pl),
+              rope_launch_block(pl), make_qk_args(b, T), b, T, ref);
   printf(
       "qkpair single=%d MB=%d T=%6ld regs=%3d block=%dx%dx%d %8.2f us  %6.0f GB/s  %5.1f%% copy  "
       "diff-vs-vec=%zu of %ld\n",

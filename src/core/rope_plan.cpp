@@ -36,10 +36,16 @@ RopePlan plan_rope(int64_t tokens, int64_t heads, int64_t half, int vec) {
   p.vec = vec;
   const int64_t nvp = half / vec;  // pair vectors per head
   p.bx = static_cast<int>(nvp < 32 ? (nvp < 1 ? 1 : nvp) : 32);
-  int64_t by = (heads + kRopeHeadsPerThread - 1) / kRopeHeadsPerThread;
-  if (by > kRopeBlockThreads / p.bx) by = kRopeBlockThreads / p.bx;
-  if (by < 1) by = 1;
+  // Rows of kRopeHeadsPerThread heads, split evenly over as few head groups as fit the block.
+  int64_t rows = (heads + kRopeHeadsPerThread - 1) / kRopeHeadsPerThread;
+  if (rows < 1) rows = 1;
+  const int64_t max_by = kRopeBlockThreads / p.bx;
+  int64_t groups = (rows + max_by - 1) / max_by;
+  if (groups > kRopeMaxHeadGroups) groups = kRopeMaxHeadGroups;
+  int64_t by = (rows + groups - 1) / groups;
+  if (by > max_by) by = max_by;
   p.by = static_cast<int>(by);
+  p.head_groups = static_cast<int>(groups);
   int64_t bz = kRopeBlockThreads / (p.bx * p.by);
   if (bz > 64) bz = 64;  // CUDA's limit on blockDim.z
   if (bz > tokens) bz = tokens;
@@ -49,7 +55,7 @@ RopePlan plan_rope(int64_t tokens, int64_t heads, int64_t half, int vec) {
   if (grid > kRopeMaxGrid) grid = kRopeMaxGrid;
   if (grid < 1) grid = 1;
   p.grid = grid;
-  p.single = grid * p.bz >= tokens && p.bx >= nvp && p.by * kRopeHeadsPerThread >= heads;
+  p.single = grid * p.bz >= tokens && p.bx >= nvp && groups * by * kRopeHeadsPerThread >= heads;
   return p;
 }
 

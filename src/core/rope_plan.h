@@ -29,14 +29,17 @@ int rope_vector_width(int64_t half, int64_t head_dim, int elem_size,
                       std::initializer_list<RopeAccess> operands);
 
 /// Block of (bx, by, bz) threads: bx over the h / V pair vectors of a head (looping when there
-/// are more), by over the heads of q and k in groups of kRopeHeadsPerThread (looping), bz over
-/// tokens. The grid loops over tokens.
+/// are more), by over the heads of q and k in groups of kRopeHeadsPerThread, bz over tokens.
+/// Grid (grid, head_groups): x over token groups (looping when there are more), y over groups
+/// of by * kRopeHeadsPerThread heads, so that every head has its thread whatever the head count.
 struct RopePlan {
   int vec = 1;
   int bx = 1, by = 1, bz = 1;
   int64_t grid = 1;
+  int head_groups = 1;
   /// Every thread has one token, one pair vector and one round of heads (the kernel compiles
-  /// no loops): grid * bz >= T, bx >= h / V and by * kRopeHeadsPerThread >= Hq + Hk.
+  /// no loops): grid * bz >= T, bx >= h / V and head_groups * by * kRopeHeadsPerThread >=
+  /// Hq + Hk.
   bool single = false;
 };
 
@@ -46,6 +49,8 @@ constexpr int kRopeBlockThreads = 256;
 constexpr int kRopeHeadsPerThread = 2;
 /// Largest grid launched (the kernel loops over the remaining token groups).
 constexpr int64_t kRopeMaxGrid = int64_t{1} << 30;
+/// Most head groups (grid y) launched: CUDA's limit on gridDim.y.
+constexpr int64_t kRopeMaxHeadGroups = 65535;
 
 /// Plan for T tokens with `heads` = Hq + Hk heads, rotary half h and vector width vec.
 RopePlan plan_rope(int64_t tokens, int64_t heads, int64_t half, int vec);

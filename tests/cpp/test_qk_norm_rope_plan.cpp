@@ -35,7 +35,9 @@ TEST(CpuQkNormRopePlan, PairKernelForFullRotaryAligned16Bit) {
   p = plan_qk_norm_rope(facts(1, 40, 256, 256));
   EXPECT_EQ(p.kernel, QkKernel::kPair);
   EXPECT_EQ(p.rope.bx, 16);
-  EXPECT_FALSE(p.rope.single);  // 16 rows of 2 heads cover 32 of the 40
+  EXPECT_EQ(p.rope.head_groups, 2);  // 20 rows of 2 heads, 16 fit a block: 2 groups of 10
+  EXPECT_EQ(p.rope.by, 10);
+  EXPECT_TRUE(p.rope.single);
 }
 
 TEST(CpuQkNormRopePlan, VectorKernelWhenThePairKernelDoesNotApply) {

@@ -81,10 +81,16 @@ TEST(CpuRopePlan, BlockShape) {
   EXPECT_EQ(p.by, 1);
   EXPECT_EQ(p.bz, 8);
   EXPECT_EQ(p.grid, 2);
-  // Many heads: by is capped by the block size, the kernel loops over the rest.
+  // Many heads: 500 rows of 2 heads split into 16 head groups of 32 rows (grid y).
   p = plan_rope(10, 1000, 64, 8);
   EXPECT_EQ(p.by, 32);
-  EXPECT_FALSE(p.single);
+  EXPECT_EQ(p.head_groups, 16);
+  EXPECT_TRUE(p.single);
+  // 64 q + 8 kv heads at D 128 (36 rows, 32 fit a block): two groups of 18 rows.
+  p = plan_rope(65536, 72, 64, 8);
+  EXPECT_EQ(p.by, 18);
+  EXPECT_EQ(p.head_groups, 2);
+  EXPECT_TRUE(p.single);
   // The grid is capped; the kernel loops over the rest.
   p = plan_rope(int64_t{1} << 40, 40, 64, 8);
   EXPECT_EQ(p.grid, kRopeMaxGrid);
@@ -107,8 +113,13 @@ TEST(CpuRopePlan, SingleRoundWhenEveryThreadHasOneTokenOnePairVectorOneRoundOfHe
       EXPECT_GE(p.bx * 8, half);
     }
   }
-  // D = 256 (16 pair vectors): 16 rows of 2 heads cover 32 of the 40 heads; a second round.
-  EXPECT_FALSE(plan_rope(1024, 40, 128, 8).single);
+  // D = 256 (16 pair vectors, 16 rows of heads per block): the 20 rows of 2 heads in two head
+  // groups of 10 rows.
+  const RopePlan d256 = plan_rope(1024, 40, 128, 8);
+  EXPECT_TRUE(d256.single);
+  EXPECT_EQ(d256.bx, 16);
+  EXPECT_EQ(d256.by, 10);
+  EXPECT_EQ(d256.head_groups, 2);
   // More pair vectors than a block row (scalar D 512): the kernel loops over them.
   EXPECT_FALSE(plan_rope(10, 2, 256, 1).single);
   // More tokens than the largest grid covers: the grid loops.
@@ -128,6 +139,10 @@ TEST(CpuRopePlan, ThreadsWithinLimits) {
           EXPECT_LE(p.bx * p.by * p.bz, kRopeBlockThreads);
           EXPECT_LE(p.bz, 64);
           EXPECT_LE(p.by * kRopeHeadsPerThread, heads + kRopeHeadsPerThread - 1);
+          // Every head has a thread row, and no head group is empty.
+          EXPECT_GE(int64_t{p.head_groups} * p.by * kRopeHeadsPerThread, heads);
+          EXPECT_LT(int64_t{p.head_groups - 1} * p.by * kRopeHeadsPerThread, heads);
+          EXPECT_LE(p.head_groups, kRopeMaxHeadGroups);
           EXPECT_LE(p.bx, 32);
           EXPECT_GE(p.grid * p.bz, tokens < kRopeMaxGrid ? tokens : kRopeMaxGrid);
         }

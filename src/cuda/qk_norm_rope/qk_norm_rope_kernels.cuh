@@ -45,9 +45,9 @@
 //
 // Pair kernel (16-bit q/k, every operand and both weights aligned for 8-element vectors,
 // R = D, h / 8 a power of two <= 32): the RoPE kernel's layout (core::plan_rope) plus the norm.
-//  - Token and heads as the RoPE kernel: threadIdx.z picks the token (grid-stride), threadIdx.y
-//    owns KH consecutive heads (then the KH heads by * KH further on), all loaded before the
-//    position and cos/sin loads.
+//  - Token and heads as the RoPE kernel: threadIdx.z picks the token (grid-stride), thread row
+//    blockIdx.y * by + threadIdx.y owns KH consecutive heads (head groups over grid y), all
+//    loaded before the position and cos/sin loads.
 //  - Channels: lane x of a head's bx = h / 8 lanes (consecutive, aligned in the warp) owns its
 //    8 pairs: neox channels 8x .. 8x + 7 and h + 8x .. h + 8x + 7, gptj channels 16x .. 16x + 15
 //    (two 16-byte loads and stores per head), so a pair never leaves its lane. Weight factors
@@ -112,8 +112,8 @@ __global__ void __launch_bounds__(kQkScalarMaxThreads)
   const int heads = a.hq + a.hk;
 
   for (int64_t t = blockIdx.x; t < a.tokens; t += gridDim.x) {
-    const int64_t b = t / a.seq;
-    const int64_t s = t - b * a.seq;
+    int64_t b, s;
+    rope_token_coords(a, t, b, s);
     const int64_t p = a.source == RopeSource::kGathered ? 0 : rope_position(a, b, s);
 
     // This lane's cos/sin, once per token.
@@ -304,8 +304,8 @@ __global__ void __launch_bounds__(kQkVecThreads, kMinBlocks)
 
   for (int64_t t = static_cast<int64_t>(blockIdx.x) * tpb + z; t < a.tokens;
        t += static_cast<int64_t>(gridDim.x) * tpb) {
-    const int64_t b = t / a.seq;
-    const int64_t s = t - b * a.seq;
+    int64_t b, s;
+    rope_token_coords(a, t, b, s);
     const RopeTokenPtrs<T> tp = rope_token_ptrs<T>(a, b, s);
     // This lane's c_i and s_i, once per token (pass-through lanes keep 1 and 0, unused);
     // computed ones before the head loads, loaded ones after them.
@@ -388,8 +388,8 @@ template <typename T, int V, int KH, bool kGptj, bool kOneRound>
 __device__ __forceinline__ void qk_pair_token(const QkNormRopeArgs& args, int64_t t, int hfirst,
                                               int hstep, unsigned mask) {
   const RopeKernelArgs& a = args.rope;
-  const int64_t b = t / a.seq;
-  const int64_t s = t - b * a.seq;
+  int64_t b, s;
+  rope_token_coords(a, t, b, s);
   const RopeTokenPtrs<T> tp = rope_token_ptrs<T>(a, b, s);
   rope_head_rounds<T, V, KH, kGptj, kOneRound>(
       a, tp, b, s, threadIdx.x, hfirst, hstep,
@@ -411,8 +411,8 @@ __global__ void __launch_bounds__(core::kRopeBlockThreads, kMinBlocks)
   const int tid = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
   const int lane = tid & 31;
   const unsigned mask = g == 32 ? 0xffffffffu : ((1u << g) - 1u) << (lane & ~(g - 1));
-  const int hstep = blockDim.y * KH;
-  const int hfirst = threadIdx.y * KH;
+  const int hstep = rope_head_step<KH>();
+  const int hfirst = rope_first_head<KH>();
   griddep_wait();
   const int64_t t0 = static_cast<int64_t>(blockIdx.x) * blockDim.z + threadIdx.z;
   if constexpr (kSingle) {

@@ -34,10 +34,8 @@ Status launch_qk_norm_rope_typed(const QkNormRopeArgs& a, const core::QkNormRope
                                         : qk_norm_rope_pair_kernel<T, V, KH, MB, true, false>)
                               : (single ? qk_norm_rope_pair_kernel<T, V, KH, MB, false, true>
                                         : qk_norm_rope_pair_kernel<T, V, KH, MB, false, false>);
-      const dim3 pblock(static_cast<unsigned>(plan.rope.bx), static_cast<unsigned>(plan.rope.by),
-                        static_cast<unsigned>(plan.rope.bz));
-      err = launch_with_pdl(kernel, dim3(static_cast<unsigned>(plan.rope.grid)), pblock, 0, stream,
-                            a);
+      err = launch_with_pdl(kernel, rope_launch_grid(plan.rope), rope_launch_block(plan.rope), 0,
+                            stream, a);
     } else {
       return Status(StatusCode::kUnsupported, "qk_norm_rope: no pair kernel for 32-bit q/k");
     }

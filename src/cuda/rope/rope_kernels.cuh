@@ -9,14 +9,17 @@
 //  - Pairs: threadIdx.x owns the pair vectors j = threadIdx.x, threadIdx.x + bx, ... (pair
 //    indices i0 = j * V .. i0 + V - 1). For each j it loads (or computes) c_i and s_i of its V
 //    pairs ONCE and keeps them in registers for all the heads it rotates.
-//  - Heads: threadIdx.y owns the KH consecutive heads y * KH .. y * KH + KH - 1 of the Hq + Hk
-//    heads of q then k, then the KH heads by * KH further on, and so on. All KH heads' loads
+//  - Heads: thread row y = blockIdx.y * by + threadIdx.y owns the KH consecutive heads
+//    y * KH .. y * KH + KH - 1 of the Hq + Hk heads of q then k, then the KH heads
+//    gridDim.y * by * KH further on, and so on (the planner's head groups cover every head, so
+//    the further rounds exist only past CUDA's grid limit). All KH heads' loads
 //    are issued before the position and cos/sin loads and before any rotation, so a thread has
 //    2 * KH independent vector loads in flight. A thread rotates the same pairs in each of its
 //    heads: neox reads the V-vectors at channels i0 and h + i0, gptj the V-vectors at channels
 //    2 * i0 and 2 * i0 + V (V pairs interleaved).
 //  - Pass-through channels R .. D - 1 (out of place only): the block slice's bx * by threads
-//    share them, flat index over (head, tail vector), copied as raw bits.
+//    share those of the block's head group, flat index over (head, tail vector), copied as raw
+//    bits.
 // Every output element is written by exactly the thread that read the matching input element,
 // after reading it, so out == in (in place) is safe; distinct heads never share memory
 // (validated), so a thread may read its other heads before storing its first.
@@ -35,6 +38,43 @@
 #include "cuda/rope/rope_math.cuh"
 
 namespace ropenorm::cuda {
+
+/// Grid of a launch on the RoPE layout: token groups (x) by head groups (y).
+inline dim3 rope_launch_grid(const core::RopePlan& p) {
+  return dim3(static_cast<unsigned>(p.grid), static_cast<unsigned>(p.head_groups));
+}
+
+/// Block of a launch on the RoPE layout: pair vectors (x), rows of heads (y), tokens (z).
+inline dim3 rope_launch_block(const core::RopePlan& p) {
+  return dim3(static_cast<unsigned>(p.bx), static_cast<unsigned>(p.by),
+              static_cast<unsigned>(p.bz));
+}
+
+/// Token t's batch index b and index s in its sequence; one sequence (seq == tokens, the
+/// flat [T, H, D] layout) needs no division.
+__device__ __forceinline__ void rope_token_coords(const RopeKernelArgs& a, int64_t t, int64_t& b,
+                                                  int64_t& s) {
+  if (a.seq == a.tokens) {
+    b = 0;
+    s = t;
+  } else {
+    b = t / a.seq;
+    s = t - b * a.seq;
+  }
+}
+
+/// First of the KH heads of thread row threadIdx.y in head group blockIdx.y (rows of KH heads,
+/// blockDim.y rows per group).
+template <int KH>
+__device__ __forceinline__ int rope_first_head() {
+  return static_cast<int>(blockIdx.y * blockDim.y + threadIdx.y) * KH;
+}
+
+/// Heads between a thread's rounds: every head group's rows once.
+template <int KH>
+__device__ __forceinline__ int rope_head_step() {
+  return static_cast<int>(gridDim.y * blockDim.y) * KH;
+}
 
 /// The position of token (b, s).
 __device__ __forceinline__ int64_t rope_position(const RopeKernelArgs& a, int64_t b, int64_t s) {
@@ -282,26 +322,32 @@ __device__ __forceinline__ void rope_pairs_of_token(const RopeKernelArgs& a, int
           const float(&sn)[V]) { rope_store_head<T, V, kGptj>(a, tp, hh, oa, ob, regs, c, sn); });
 }
 
-/// Pass-through channels R .. D - 1 of token (b, s), shared by the (x, y) threads of its slice.
-template <typename T, int V>
+/// Pass-through channels R .. D - 1 of token (b, s) in the heads of the block's head group
+/// (rounds of blockDim.y * KH heads, blockIdx.y-th of every gridDim.y), shared by the (x, y)
+/// threads of its slice.
+template <typename T, int V, int KH>
 __device__ __forceinline__ void rope_copy_tail(const RopeKernelArgs& a, int64_t b, int64_t s) {
   const int heads = a.hq + a.hk;
   const int rot = 2 * a.half;
   const int ntail = (a.head_dim - rot) / V;
-  const int64_t total = static_cast<int64_t>(heads) * ntail;
+  const int round = blockDim.y * KH;
   const int flat = threadIdx.y * blockDim.x + threadIdx.x;
   const int nflat = blockDim.x * blockDim.y;
-  for (int64_t idx = flat; idx < total; idx += nflat) {
-    const int hh = static_cast<int>(idx / ntail);
-    const int col = rot + static_cast<int>(idx - static_cast<int64_t>(hh) * ntail) * V;
-    if (hh < a.hq) {
-      if (a.copy_q_tail) {
-        rope_copy_raw<T, V>(rope_head_ptr<T>(a.q, b, s, hh) + col,
-                            const_cast<T*>(rope_head_ptr<T>(a.q_out, b, s, hh)) + col);
+  for (int h0 = blockIdx.y * round; h0 < heads; h0 += gridDim.y * round) {
+    const int nh = heads - h0 < round ? heads - h0 : round;
+    const int64_t total = static_cast<int64_t>(nh) * ntail;
+    for (int64_t idx = flat; idx < total; idx += nflat) {
+      const int hh = h0 + static_cast<int>(idx / ntail);
+      const int col = rot + static_cast<int>(idx % ntail) * V;
+      if (hh < a.hq) {
+        if (a.copy_q_tail) {
+          rope_copy_raw<T, V>(rope_head_ptr<T>(a.q, b, s, hh) + col,
+                              const_cast<T*>(rope_head_ptr<T>(a.q_out, b, s, hh)) + col);
+        }
+      } else if (a.copy_k_tail) {
+        rope_copy_raw<T, V>(rope_head_ptr<T>(a.k, b, s, hh - a.hq) + col,
+                            const_cast<T*>(rope_head_ptr<T>(a.k_out, b, s, hh - a.hq)) + col);
       }
-    } else if (a.copy_k_tail) {
-      rope_copy_raw<T, V>(rope_head_ptr<T>(a.k, b, s, hh - a.hq) + col,
-                          const_cast<T*>(rope_head_ptr<T>(a.k_out, b, s, hh - a.hq)) + col);
     }
   }
 }
@@ -316,28 +362,28 @@ __global__ void __launch_bounds__(core::kRopeBlockThreads, kMinBlocks)
     rope_kernel(const RopeKernelArgs a) {
   const int nvp = a.half / V;
   const bool any_tail = a.head_dim > 2 * a.half && (a.copy_q_tail || a.copy_k_tail);
-  const int hstep = blockDim.y * KH;
-  const int hfirst = threadIdx.y * KH;
+  const int hstep = rope_head_step<KH>();
+  const int hfirst = rope_first_head<KH>();
   griddep_wait();
   if constexpr (kSingle) {
     const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.z + threadIdx.z;
     if (t >= a.tokens) return;
-    const int64_t b = t / a.seq;
-    const int64_t s = t - b * a.seq;
+    int64_t b, s;
+    rope_token_coords(a, t, b, s);
     if (static_cast<int>(threadIdx.x) < nvp) {
       rope_pairs_of_token<T, V, KH, kGptj, true>(a, b, s, threadIdx.x, hfirst, hstep);
     }
-    if (any_tail) rope_copy_tail<T, V>(a, b, s);
+    if (any_tail) rope_copy_tail<T, V, KH>(a, b, s);
   } else {
     const int64_t tstep = static_cast<int64_t>(gridDim.x) * blockDim.z;
     for (int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.z + threadIdx.z; t < a.tokens;
          t += tstep) {
-      const int64_t b = t / a.seq;
-      const int64_t s = t - b * a.seq;
+      int64_t b, s;
+      rope_token_coords(a, t, b, s);
       for (int j = threadIdx.x; j < nvp; j += blockDim.x) {
         rope_pairs_of_token<T, V, KH, kGptj, false>(a, b, s, j, hfirst, hstep);
       }
-      if (any_tail) rope_copy_tail<T, V>(a, b, s);
+      if (any_tail) rope_copy_tail<T, V, KH>(a, b, s);
     }
   }
 }

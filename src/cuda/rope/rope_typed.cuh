@@ -24,8 +24,6 @@ constexpr int kRopeMinBlocks = 3;
 
 template <typename T, int V>
 cudaError_t launch_rope_vec(const RopeKernelArgs& a, const core::RopePlan& p, cudaStream_t s) {
-  const dim3 block(static_cast<unsigned>(p.bx), static_cast<unsigned>(p.by),
-                   static_cast<unsigned>(p.bz));
   constexpr int KH = core::kRopeHeadsPerThread;
   constexpr int MB = kRopeMinBlocks;
   const bool single = p.single;
@@ -33,7 +31,7 @@ cudaError_t launch_rope_vec(const RopeKernelArgs& a, const core::RopePlan& p, cu
                                        : rope_kernel<T, V, KH, MB, true, false>)
                              : (single ? rope_kernel<T, V, KH, MB, false, true>
                                        : rope_kernel<T, V, KH, MB, false, false>);
-  return launch_with_pdl(kernel, dim3(static_cast<unsigned>(p.grid)), block, 0, s, a);
+  return launch_with_pdl(kernel, rope_launch_grid(p), rope_launch_block(p), 0, s, a);
 }
 
 }  // namespace detail
