@@ -252,6 +252,39 @@ TEST(GpuRope, MisalignedStorageOffset) {
   }
 }
 
+// More rows of heads than a block holds: the heads are split over head groups (grid y), each
+// with its share of the pass-through channels. Aligned D 256 (16 lanes per head, 40 heads: 2
+// groups), 64 q + 8 kv heads at D 128 (2 groups), and the scalar path (storage offset 1, 32
+// lanes per head: 3 groups) with pass-through channels, in place and out of place.
+TEST(GpuRope, HeadGroups) {
+  ROPENORM_REQUIRE_GPU();
+  struct Shape {
+    int64_t hq, hk, d, r, offset;
+  };
+  uint64_t seed = 950;
+  for (const Shape& sh :
+       {Shape{32, 8, 256, 0, 0}, Shape{32, 8, 256, 128, 0}, Shape{64, 8, 128, 0, 0},
+        Shape{32, 8, 128, 64, 1}, Shape{61, 3, 256, 192, 1}}) {
+    for (bool in_place : {false, true}) {
+      for (RopeStyle style : {RopeStyle::kNeox, RopeStyle::kGptj}) {
+        RopeCase c;
+        c.batch = 2;
+        c.seq = 5;
+        c.hq = sh.hq;
+        c.hk = sh.hk;
+        c.head_dim = sh.d;
+        c.rotary_dim = sh.r;
+        c.storage_offset = sh.offset;
+        c.layout = RopeLayout::kPackedQkv;
+        c.in_place = in_place;
+        c.style = style;
+        c.seed = seed++;
+        expect_pass(c);
+      }
+    }
+  }
+}
+
 TEST(GpuRope, InverseAgainstOracle) {
   ROPENORM_REQUIRE_GPU();
   uint64_t seed = 1000;
