@@ -1,0 +1,180 @@
+// RMSNorm block-per-row launch-shape experiment (H200): the direct kernel at N = 4096 and 8192
+// (bf16, M = 512, 4096, 32768), plain and with the fused add, at every threads x vectors-per-
+// thread split that covers the row (512 x 1, 256 x 2, 128 x 4), against the production plan's
+// split; cold L2, CUDA-event medians, the copy bandwidth of the same run; every variant's output
+// compared with the production plan's (a different split changes the reduction order: bf16 ulp
+// distance reported). Question it answers: is N = 4096 (72% of copy at M = 32768 with 256 x 2,
+// 97% at N = 8192 with 256 x 4) limited by the bytes a thread has in flight? Not part of the
+// build:
+//   nvcc -std=c++17 -O3 -gencode=arch=compute_90,code=sm_90 -Iinclude -Isrc \
+//        bench/experiments/rms_norm_launch_shapes.cu build/libropenorm.a -o rms_norm_launch_shapes
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#include "core/rms_norm_plan.h"
+#include "core/row_layout.h"
+#include "cuda/common/dtype.cuh"
+#include "cuda/rms_norm/rms_norm_typed.h"
+using namespace ropenorm;
+using namespace ropenorm::cuda;
+#define CK(x)                                                 \
+  do {                                                        \
+    cudaError_t e = (x);                                      \
+    if (e != cudaSuccess) {                                   \
+      printf("ERR %s %d\n", cudaGetErrorString(e), __LINE__); \
+      exit(1);                                                \
+    }                                                         \
+  } while (0)
+__global__ void flush_kernel(const float4* p, size_t n, float* out) {
+  float acc = 0;
+  for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
+    acc += p[i].x;
+  if (acc == 12345.f) *out = acc;
+}
+float4* gflush;
+size_t gflush_n;
+float* gdummy;
+template <class F>
+float time_med(F f, int iters = 21) {
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  std::vector<float> v;
+  for (int i = 0; i < iters + 3; ++i) {
+    flush_kernel<<<1024, 256>>>(gflush, gflush_n, gdummy);
+    cudaEventRecord(e0);
+    f();
+    cudaEventRecord(e1);
+    cudaEventSynchronize(e1);
+    float ms;
+    cudaEventElapsedTime(&ms, e0, e1);
+    if (i >= 3) v.push_back(ms * 1000.f);
+  }
+  CK(cudaGetLastError());
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+int ulp_dist(uint16_t a, uint16_t b) {
+  auto key = [](uint16_t u) { return (u & 0x8000) ? -(int)(u & 0x7fff) : (int)u; };
+  return std::abs(key(a) - key(b));
+}
+int main() {
+  const int64_t MM = 32768, NN = 8192;
+  bf16 *x, *r, *y, *ro, *w;
+  CK(cudaMalloc(&x, MM * NN * 2));
+  CK(cudaMalloc(&r, MM * NN * 2));
+  CK(cudaMalloc(&y, MM * NN * 2));
+  CK(cudaMalloc(&ro, MM * NN * 2));
+  CK(cudaMalloc(&w, NN * 2));
+  {
+    std::vector<uint16_t> h(MM * NN);
+    uint64_t s = 88172645463325252ull;
+    for (auto& e : h) {
+      s ^= s << 13;
+      s ^= s >> 7;
+      s ^= s << 17;
+      e = 0x3f00 + (s >> 40) % 512 - 256 + ((s >> 20) & 1 ? 0x8000 : 0);
+    }
+    CK(cudaMemcpy(x, h.data(), h.size() * 2, cudaMemcpyHostToDevice));
+    for (auto& e : h) {
+      s ^= s << 13;
+      s ^= s >> 7;
+      s ^= s << 17;
+      e = 0x3f00 + (s >> 40) % 512 - 256;
+    }
+    CK(cudaMemcpy(r, h.data(), h.size() * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(w, h.data(), NN * 2, cudaMemcpyHostToDevice));
+  }
+  gflush_n = (256u << 20) / 16;
+  CK(cudaMalloc(&gflush, gflush_n * 16));
+  CK(cudaMemset(gflush, 0, gflush_n * 16));
+  CK(cudaMalloc(&gdummy, 4));
+  const size_t cb = 1 << 30;
+  void *c0, *c1;
+  CK(cudaMalloc(&c0, cb));
+  CK(cudaMalloc(&c1, cb));
+  const float cus = time_med([&] { cudaMemcpyAsync(c1, c0, cb, cudaMemcpyDeviceToDevice); }, 9);
+  const double copy = 2.0 * cb / cus / 1e3;
+  printf("copy %.0f GB/s\n", copy);
+  cudaFree(c0);
+  cudaFree(c1);
+  struct V {
+    int threads, vpt;
+  };
+  for (int fused = 0; fused < 2; ++fused)
+    for (int64_t N : {4096L, 8192L})
+      for (int64_t M : {512L, 4096L, 32768L}) {
+        RmsNormKernelArgs a{};
+        a.x = x;
+        a.weight = w;
+        a.y = y;
+        a.rstd = nullptr;
+        a.x_rows = core::make_row_layout(
+            TensorRef::contiguous(x, DType::kBFloat16, {M, N}, Device::cuda(0)));
+        a.y_rows = a.x_rows;
+        if (fused) {
+          a.residual = r;
+          a.residual_out = ro;
+          a.r_rows = a.x_rows;
+          a.ro_rows = a.x_rows;
+        }
+        a.m = M;
+        a.n = N;
+        a.w_dtype = DType::kBFloat16;
+        a.y_dtype = DType::kBFloat16;
+        a.eps = 1e-6f;
+        a.w_offset = 0.f;
+        a.rounding = Rounding::kExact;
+        a.weight_vec = true;
+        const core::RmsNormPlan prod = core::plan_rms_norm(N, 8, 2, fused ? 2 : 0, true);
+        a.weight_in_smem = prod.weight_in_smem;
+        std::vector<uint16_t> ref(M * N), out(M * N);
+        const double bytes = (fused ? 4.0 : 2.0) * M * N * 2;
+        std::vector<V> vs = {{prod.threads, prod.vpt}};
+        for (V v : {V{512, 1}, V{256, 2}, V{128, 4}, V{64, 8}}) {
+          if (v.vpt * 8 > core::kMaxRegElems) continue;
+          if (v.threads * v.vpt * 8 != N &&
+              !(v.threads * v.vpt * 8 > N && (v.threads - 32) * v.vpt * 8 < N))
+            continue;
+          if (v.threads == prod.threads && v.vpt == prod.vpt) continue;
+          vs.push_back(v);
+        }
+        for (size_t i = 0; i < vs.size(); ++i) {
+          core::RmsNormPlan p = prod;
+          p.threads = vs[i].threads;
+          p.vpt = vs[i].vpt;
+          auto run = [&] {
+            Status st = fused ? launch_rms_norm_typed<bf16, bf16>(a, p, 0)
+                              : launch_rms_norm_typed<bf16, NoResidual>(a, p, 0);
+            if (!st.ok()) {
+              printf("%s\n", st.message().c_str());
+              exit(1);
+            }
+          };
+          CK(cudaMemset(y, 0xff, M * N * 2));
+          const float us = time_med(run);
+          CK(cudaMemcpy(out.data(), y, M * N * 2, cudaMemcpyDeviceToHost));
+          int maxd = 0;
+          size_t ndiff = 0;
+          if (i == 0)
+            ref = out;
+          else
+            for (size_t k = 0; k < out.size(); ++k) {
+              int d = ulp_dist(out[k], ref[k]);
+              ndiff += d != 0;
+              maxd = std::max(maxd, d);
+            }
+          printf(
+              "%s N=%5ld M=%6ld threads=%3d vpt=%d %s %8.2f us %6.0f GB/s %5.1f%% copy  vs-prod: "
+              "%zu differ, max %d ulp\n",
+              fused ? "add_rms" : "rms    ", (long)N, (long)M, vs[i].threads, vs[i].vpt,
+              i == 0 ? "(prod)" : "      ", us, bytes / us / 1e3, 100 * bytes / us / 1e3 / copy,
+              ndiff, maxd);
+        }
+      }
+  printf("done\n");
+}
