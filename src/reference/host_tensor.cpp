@@ -1,8 +1,10 @@
 // Host test tensors (see host_tensor.h).
 #include "reference/host_tensor.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <thread>
 
 #include "reference/host_float.h"
 
@@ -80,9 +82,26 @@ uint64_t HostTensor::bits(int64_t i) const {
 bool HostTensor::is_nan(int64_t i) const { return std::isnan(get(i)); }
 
 void fill_normal(HostTensor& t, std::mt19937_64& rng, double scale) {
-  std::normal_distribution<double> dist(0.0, scale);
+  const uint64_t base = rng();
   const int64_t n = t.numel();
-  for (int64_t i = 0; i < n; ++i) t.set(i, dist(rng));
+  const int64_t chunks = (n + kFillChunk - 1) / kFillChunk;
+  const auto fill_chunks = [&](int64_t first, int64_t step) {
+    for (int64_t c = first; c < chunks; c += step) {
+      std::mt19937_64 g(base + 0x9E3779B97F4A7C15ull * static_cast<uint64_t>(c + 1));
+      std::normal_distribution<double> dist(0.0, scale);
+      const int64_t end = std::min(n, (c + 1) * kFillChunk);
+      for (int64_t i = c * kFillChunk; i < end; ++i) t.set(i, dist(g));
+    }
+  };
+  const int64_t nt =
+      std::min<int64_t>(chunks, std::max<unsigned>(1, std::thread::hardware_concurrency()));
+  if (nt <= 1) {
+    fill_chunks(0, 1);
+    return;
+  }
+  std::vector<std::thread> threads;
+  for (int64_t k = 0; k < nt; ++k) threads.emplace_back(fill_chunks, k, nt);
+  for (std::thread& th : threads) th.join();
 }
 
 }  // namespace ropenorm::ref

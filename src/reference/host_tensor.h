@@ -30,7 +30,13 @@ struct HostTensor {
   bool is_nan(int64_t i) const;
 };
 
-/// Fills with values drawn from N(0, scale^2), rounded to the dtype.
+/// Elements per independently seeded chunk of fill_normal.
+constexpr int64_t kFillChunk = int64_t{1} << 16;
+
+/// Fills with values drawn from N(0, scale^2), rounded to the dtype. Draws one seed from rng;
+/// chunk c (elements c * kFillChunk ...) has its own generator seeded from it and c, so element
+/// i depends only on that seed and i (not on the thread count; a longer tensor filled from the
+/// same rng state starts with the same values), and the chunks are filled on all cores.
 void fill_normal(HostTensor& t, std::mt19937_64& rng, double scale = 1.0);
 
 }  // namespace ropenorm::ref
