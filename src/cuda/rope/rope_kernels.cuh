@@ -355,8 +355,8 @@ __device__ __forceinline__ void rope_copy_tail(const RopeKernelArgs& a, int64_t 
 /// KH heads per thread; at least kMinBlocks blocks resident per multiprocessor (the register
 /// budget); kGptj: the style (a.gptj), fixed at compile time. kSingle: the launcher checked
 /// that the grid covers every token once (gridDim.x * bz >= T), that bx covers every pair
-/// vector (bx >= h / V) and that by * KH >= Hq + Hk, so each thread runs its token, pair vector
-/// and heads once, with no loops (their loop-invariant state would cost registers).
+/// vector (bx >= h / V) and that gridDim.y * by * KH >= Hq + Hk, so each thread runs its token,
+/// pair vector and heads once, with no loops (their loop-invariant state would cost registers).
 template <typename T, int V, int KH, int kMinBlocks, bool kGptj, bool kSingle>
 __global__ void __launch_bounds__(core::kRopeBlockThreads, kMinBlocks)
     rope_kernel(const RopeKernelArgs a) {
