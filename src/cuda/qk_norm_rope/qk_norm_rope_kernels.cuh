@@ -87,6 +87,16 @@ __device__ __forceinline__ float qk_group_sum(float v, unsigned mask, int g) {
   return v;
 }
 
+/// Stores r as the rstd of head hh (q heads first, then k) of token t in q_rstd / k_rstd
+/// (token-major), when that output is saved.
+__device__ __forceinline__ void qk_store_rstd(const QkNormRopeArgs& args, int64_t t, int hh,
+                                              float r) {
+  const RopeKernelArgs& a = args.rope;
+  const bool is_q = hh < a.hq;
+  float* rs = is_q ? args.q_rstd : args.k_rstd;
+  if (rs != nullptr) rs[t * (is_q ? a.hq : a.hk) + (is_q ? hh : hh - a.hq)] = r;
+}
+
 /// Channel pair (ia, ib) of slot m.
 __device__ __forceinline__ void qk_slot_channels(const RopeKernelArgs& a, int m, int* ia, int* ib) {
   if (m < a.half) {
@@ -185,24 +195,20 @@ __global__ void __launch_bounds__(kQkScalarMaxThreads)
             y[ib] = from_float<T>(yb);
           }
         }
-        if (sub == 0) {
-          float* rs = is_q ? args.q_rstd : args.k_rstd;
-          const int nh = is_q ? a.hq : a.hk;
-          if (rs != nullptr) rs[t * nh + local] = r;
-        }
+        if (sub == 0) qk_store_rstd(args, t, hh, r);
       }
     }
   }
 }
 
 /// One lane's part of one head of the vector kernel: normalise with the group's rstd and the
-/// weight factors wq (is_q) or wk, rotate, store; stores r to rstd_out when it is not null.
+/// weight factors wq (is_q) or wk, rotate, store; returns the group's rstd r.
 template <typename T>
-__device__ __forceinline__ void qk_vec_head(const QkNormRopeArgs& args, const RawVec<T, 8>& xr,
-                                            bool is_q, const float (&wq)[8], const float (&wk)[8],
-                                            const float (&cc)[8], const float (&sn)[8],
-                                            unsigned mask, int g, int partner, bool rotary,
-                                            bool first, T* out, float* rstd_out) {
+__device__ __forceinline__ float qk_vec_head(const QkNormRopeArgs& args, const RawVec<T, 8>& xr,
+                                             bool is_q, const float (&wq)[8], const float (&wk)[8],
+                                             const float (&cc)[8], const float (&sn)[8],
+                                             unsigned mask, int g, int partner, bool rotary,
+                                             bool first, T* out) {
   constexpr int E = kQkVecChannels;
   const RopeKernelArgs& a = args.rope;
   float x[E];
@@ -236,7 +242,7 @@ __device__ __forceinline__ void qk_vec_head(const QkNormRopeArgs& args, const Ra
     }
   }
   store_pack<T, E>(out, y);
-  if (rstd_out != nullptr) *rstd_out = r;
+  return r;
 }
 
 /// A vector-kernel lane's c_i, s_i of token (b, s) (kComputed: the kInvFreq source, else a
@@ -291,8 +297,6 @@ __global__ void __launch_bounds__(kQkVecThreads, kMinBlocks)
   const int hfirst = (gi - z * ng) * KH;
   const int hstep = ng * KH;
   const int tpb = blockDim.x / (g * ng);
-  const bool want_q_rstd = args.q_rstd != nullptr && sub == 0;
-  const bool want_k_rstd = args.k_rstd != nullptr && sub == 0;
 
   griddep_wait();
   float wq[E], wk[E];  // element loads: the weights need no alignment
@@ -329,15 +333,10 @@ __global__ void __launch_bounds__(kQkVecThreads, kMinBlocks)
       for (int u = 0; u < KH; ++u) {
         const int hh = h0 + u;
         if (hh < heads) {
-          const bool is_q = hh < a.hq;
-          const int local = is_q ? hh : hh - a.hq;
           T* out = rope_out_head<T>(a, tp, hh);
-          float* rs = nullptr;
-          if (is_q ? want_q_rstd : want_k_rstd) {
-            rs = (is_q ? args.q_rstd : args.k_rstd) + t * (is_q ? a.hq : a.hk) + local;
-          }
-          qk_vec_head<T>(args, xr[u], is_q, wq, wk, cc, sn, mask, g, partner, rotary, first,
-                         out + c0, rs);
+          const float r = qk_vec_head<T>(args, xr[u], hh < a.hq, wq, wk, cc, sn, mask, g, partner,
+                                         rotary, first, out + c0);
+          if (sub == 0) qk_store_rstd(args, t, hh, r);
         }
       }
     }
@@ -377,10 +376,7 @@ __device__ __forceinline__ void qk_pair_head(const QkNormRopeArgs& args, const R
   T* y = rope_out_head<T>(a, tp, hh);
   store_pack<T, V>(y + oa, x0);
   store_pack<T, V>(y + ob, x1);
-  if (threadIdx.x == 0) {
-    float* rs = is_q ? args.q_rstd : args.k_rstd;
-    if (rs != nullptr) rs[t * (is_q ? a.hq : a.hk) + (is_q ? hh : hh - a.hq)] = r;
-  }
+  if (threadIdx.x == 0) qk_store_rstd(args, t, hh, r);
 }
 
 /// Pair kernel, token t: normalises and rotates the thread's pairs in every head it owns.
