@@ -19,45 +19,9 @@
 #include "core/row_layout.h"
 #include "cuda/common/dtype.cuh"
 #include "cuda/rms_norm/rms_norm_typed.h"
+#include "experiment_timing.cuh"
 using namespace ropenorm;
 using namespace ropenorm::cuda;
-#define CK(x)                                                 \
-  do {                                                        \
-    cudaError_t e = (x);                                      \
-    if (e != cudaSuccess) {                                   \
-      printf("ERR %s %d\n", cudaGetErrorString(e), __LINE__); \
-      exit(1);                                                \
-    }                                                         \
-  } while (0)
-__global__ void flush_kernel(const float4* p, size_t n, float* out) {
-  float acc = 0;
-  for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
-    acc += p[i].x;
-  if (acc == 12345.f) *out = acc;
-}
-float4* gflush;
-size_t gflush_n;
-float* gdummy;
-template <class F>
-float time_med(F f, int iters = 21) {
-  cudaEvent_t e0, e1;
-  cudaEventCreate(&e0);
-  cudaEventCreate(&e1);
-  std::vector<float> v;
-  for (int i = 0; i < iters + 3; ++i) {
-    flush_kernel<<<1024, 256>>>(gflush, gflush_n, gdummy);
-    cudaEventRecord(e0);
-    f();
-    cudaEventRecord(e1);
-    cudaEventSynchronize(e1);
-    float ms;
-    cudaEventElapsedTime(&ms, e0, e1);
-    if (i >= 3) v.push_back(ms * 1000.f);
-  }
-  CK(cudaGetLastError());
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 int ulp_dist(uint16_t a, uint16_t b) {
   auto key = [](uint16_t u) { return (u & 0x8000) ? -(int)(u & 0x7fff) : (int)u; };
   return std::abs(key(a) - key(b));
@@ -89,19 +53,8 @@ int main() {
     CK(cudaMemcpy(r, h.data(), h.size() * 2, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(w, h.data(), NN * 2, cudaMemcpyHostToDevice));
   }
-  gflush_n = (256u << 20) / 16;
-  CK(cudaMalloc(&gflush, gflush_n * 16));
-  CK(cudaMemset(gflush, 0, gflush_n * 16));
-  CK(cudaMalloc(&gdummy, 4));
-  const size_t cb = 1 << 30;
-  void *c0, *c1;
-  CK(cudaMalloc(&c0, cb));
-  CK(cudaMalloc(&c1, cb));
-  const float cus = time_med([&] { cudaMemcpyAsync(c1, c0, cb, cudaMemcpyDeviceToDevice); }, 9);
-  const double copy = 2.0 * cb / cus / 1e3;
+  const double copy = copy_bandwidth_gbps(size_t{1} << 30);
   printf("copy %.0f GB/s\n", copy);
-  cudaFree(c0);
-  cudaFree(c1);
   struct V {
     int threads, vpt;
   };
@@ -156,7 +109,7 @@ int main() {
             }
           };
           CK(cudaMemset(y, 0xff, M * N * 2));
-          const float us = time_med(run);
+          const float us = time_med(run, true, 21);
           CK(cudaMemcpy(out.data(), y, M * N * 2, cudaMemcpyDeviceToHost));
           int maxd = 0;
           size_t ndiff = 0;

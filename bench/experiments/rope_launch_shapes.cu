@@ -18,31 +18,12 @@
 
 #include "cuda/qk_norm_rope/qk_norm_rope_kernels.cuh"
 #include "cuda/rope/rope_kernels.cuh"
+#include "experiment_timing.cuh"
 using namespace ropenorm;
 using namespace ropenorm::cuda;
 namespace ropenorm::cuda {
 int device_cc_major() { return 9; }
 }  // namespace ropenorm::cuda
-#define CK(x)                                                      \
-  do {                                                             \
-    cudaError_t e = (x);                                           \
-    if (e != cudaSuccess) {                                        \
-      printf("ERR %s line %d\n", cudaGetErrorString(e), __LINE__); \
-      exit(1);                                                     \
-    }                                                              \
-  } while (0)
-__global__ void flush_kernel(const float4* p, size_t n, float* out) {
-  float acc = 0;
-  for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
-    float4 v = p[i];
-    acc += v.x;
-  }
-  if (acc == 12345.f) *out = acc;
-}
-float4* gflush;
-size_t gflush_n;
-float* gdummy;
-void flush() { flush_kernel<<<1024, 256>>>(gflush, gflush_n, gdummy); }
 const int HQ = 32, HK = 8, D = 128;
 struct Bufs {
   bf16 *q, *k, *qo, *ko;
@@ -77,67 +58,6 @@ RopeKernelArgs make_args(const Bufs& b, int64_t T) {
   a.scaling = 1.f;
   return a;
 }
-template <class F>
-float time_med(F f, bool cold, int iters = 15) {
-  cudaEvent_t e0, e1;
-  cudaEventCreate(&e0);
-  cudaEventCreate(&e1);
-  std::vector<float> v;
-  for (int i = 0; i < iters + 3; ++i) {
-    if (cold) flush();
-    cudaEventRecord(e0);
-    f();
-    cudaEventRecord(e1);
-    cudaEventSynchronize(e1);
-    float ms;
-    cudaEventElapsedTime(&ms, e0, e1);
-    if (i >= 3) v.push_back(ms * 1000.f);
-  }
-  CK(cudaGetLastError());
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-template <class F>
-float time_graph(F f) {
-  cudaStream_t s;
-  cudaStreamCreate(&s);
-  cudaGraph_t g;
-  cudaGraphExec_t ge;
-  const int N = 50;
-  cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal);
-  for (int i = 0; i < N; ++i) f(s);
-  cudaStreamEndCapture(s, &g);
-  CK(cudaGraphInstantiate(&ge, g, 0));
-  cudaEvent_t e0, e1;
-  cudaEventCreate(&e0);
-  cudaEventCreate(&e1);
-  std::vector<float> v;
-  for (int i = 0; i < 13; ++i) {
-    cudaEventRecord(e0, s);
-    cudaGraphLaunch(ge, s);
-    cudaEventRecord(e1, s);
-    cudaEventSynchronize(e1);
-    float ms;
-    cudaEventElapsedTime(&ms, e0, e1);
-    if (i >= 3) v.push_back(ms * 1000.f / N);
-  }
-  CK(cudaGetLastError());
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-template <typename K>
-void launch(K kern, dim3 grid, dim3 block, cudaStream_t s, const auto& a) {
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = grid;
-  cfg.blockDim = block;
-  cfg.stream = s;
-  cudaLaunchAttribute at[1];
-  at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  at[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = at;
-  cfg.numAttrs = 1;
-  CK(cudaLaunchKernelEx(&cfg, kern, a));
-}
 // Runs kernel k (PDL launch) on args, timed (CUDA-graph replay for T = 1, cold L2 otherwise),
 // after poisoning q_out; compares q_out with ref (the first variant of a T fills ref).
 struct Measured {
@@ -148,7 +68,7 @@ struct Measured {
 template <typename K, typename Args>
 Measured measure(K k, dim3 grid, dim3 block, const Args& args, const Bufs& b, int64_t T,
                  std::vector<uint16_t>& ref) {
-  auto run = [&](cudaStream_t s) { launch(k, grid, block, s, args); };
+  auto run = [&](cudaStream_t s) { CK(launch_with_pdl(k, grid, block, 0, s, args)); };
   CK(cudaMemset(b.qo, 0xff, T * HQ * D * 2));
   Measured m{};
   m.us = T == 1 ? time_graph(run) : time_med([&] { run(0); }, true);
@@ -263,7 +183,7 @@ void pattern_variant(const Bufs& b, int64_t T, double bytes, double copy) {
   int bz = std::max<int64_t>(1, std::min<int64_t>(256 / (bx * by), T));
   dim3 grid((T + bz - 1) / bz), block(bx, by, bz);
   auto k = pattern_kernel<KH, kMath>;
-  float us = time_med([&] { launch(k, grid, block, 0, a); }, true);
+  float us = time_med([&] { CK(launch_with_pdl(k, grid, block, 0, 0, a)); }, true);
   cudaFuncAttributes fa;
   cudaFuncGetAttributes(&fa, k);
   printf(
@@ -363,19 +283,8 @@ int main() {
       }
     CK(cudaMemcpy(b.cache, c.data(), c.size() * 4, cudaMemcpyHostToDevice));
   }
-  gflush_n = (256u << 20) / 16;
-  CK(cudaMalloc(&gflush, gflush_n * 16));
-  CK(cudaMemset(gflush, 0, gflush_n * 16));
-  CK(cudaMalloc(&gdummy, 4));
-  const size_t cb = 671088640;
-  void *c0, *c1;
-  CK(cudaMalloc(&c0, cb));
-  CK(cudaMalloc(&c1, cb));
-  float cus = time_med([&] { cudaMemcpyAsync(c1, c0, cb, cudaMemcpyDeviceToDevice); }, true, 9);
-  double copy = 2.0 * cb / cus / 1e3;
+  const double copy = copy_bandwidth_gbps(671088640);
   printf("copy %.0f GB/s\n", copy);
-  cudaFree(c0);
-  cudaFree(c1);
   for (int64_t T : {65536L, 16384L, 1024L, 64L, 1L}) {
     double bytes = 2.0 * T * (HQ + HK) * D * 2;
     if (T >= 16384) {
