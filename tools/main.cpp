@@ -114,22 +114,25 @@ int run_main_job(bool timing, bool quick, const std::string& out_dir,
   };
   bench::print_header(std::cout);
   Status st = Status::Ok();
-  const auto family = [&](const char* name, auto&& run) {
+  // name: the --ops family; what: the part of it that run measures (the timing line's label).
+  const auto family = [&](const char* name, const char* what, auto&& run) {
     if (!st.ok() || !want(name)) return;
     const auto t0 = std::chrono::steady_clock::now();
     st = run();
     if (st.ok()) st = write_receipt();
     const double secs =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    std::printf("(%s: %.0f s, %s%s)\n", name, secs, timing ? "checks and timing" : "checks",
+    std::printf("(%s: %.0f s, %s%s)\n", what, secs, timing ? "checks and timing" : "checks",
                 timing && st.ok() ? "; receipts rewritten" : "");
     std::fflush(stdout);
   };
-  family("rms_norm", [&] { return bench::bench_rms_norm(o, &rows, std::cout); });
-  family("rope", [&] { return bench::bench_rope(o, &rows, std::cout); });
-  family("backward", [&] { return bench::bench_backward(o, &rows, std::cout); });
-  family("qk_norm_rope", [&] { return bench::bench_qk_norm_rope(o, &rows, std::cout); });
-  family("qk_norm_rope", [&] { return bench::bench_qk_norm_rope_backward(o, &rows, std::cout); });
+  family("rms_norm", "rms_norm", [&] { return bench::bench_rms_norm(o, &rows, std::cout); });
+  family("rope", "rope", [&] { return bench::bench_rope(o, &rows, std::cout); });
+  family("backward", "backward", [&] { return bench::bench_backward(o, &rows, std::cout); });
+  family("qk_norm_rope", "qk_norm_rope forward",
+         [&] { return bench::bench_qk_norm_rope(o, &rows, std::cout); });
+  family("qk_norm_rope", "qk_norm_rope backward",
+         [&] { return bench::bench_qk_norm_rope_backward(o, &rows, std::cout); });
   cudaStreamDestroy(stream);
   if (!st.ok()) {
     std::fprintf(stderr, "error: %s\n", st.message().c_str());
