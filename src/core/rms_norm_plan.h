@@ -61,6 +61,10 @@ constexpr int kMaxRegElems = 32;
 constexpr int kWarpMaxVectors = 128;
 /// Largest block of the register-resident path (its launch bound: up to 128 registers/thread).
 constexpr int kRowsMaxThreads = 512;
+/// Fewest threads the register-resident path narrows a row to when raising vectors per thread.
+constexpr int kRowsMinThreads = 128;
+/// Vectors per thread the register-resident path aims for without a residual (half with one).
+constexpr int kRowsAimVpt = 4;
 /// Threads per row on the two-pass path.
 constexpr int kTwoPassThreads = 512;
 /// Dynamic shared memory a rows-path block may use (of the 227 KiB an sm_90 block can have).

@@ -55,7 +55,9 @@ RopePlan plan_rope(int64_t tokens, int64_t heads, int64_t half, int vec) {
   if (grid > kRopeMaxGrid) grid = kRopeMaxGrid;
   if (grid < 1) grid = 1;
   p.grid = grid;
-  p.single = grid * p.bz >= tokens && p.bx >= nvp && groups * by * kRopeHeadsPerThread >= heads;
+  const bool one_round = p.bx >= nvp && groups * by * kRopeHeadsPerThread >= heads;
+  p.single = grid * p.bz >= tokens && one_round;
+  p.pipelined = one_round && tokens >= kRopePipelineMinTokens;
   return p;
 }
 

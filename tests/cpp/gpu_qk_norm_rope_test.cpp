@@ -2,7 +2,8 @@
 // RMSNorm with no intermediate rounding, then the rotation): head dims (common and odd), full and
 // half rotary, both styles, GQA head counts, packed QKV views and separate tensors, in place and
 // out of place, every dtype and cos/sin source, mixed weight dtypes, Gemma's offset, zero head
-// vectors, the eps range; plus bitwise independence of a head's result from T and the other heads.
+// vectors, the eps range; plus bitwise independence of a head's result from T and the other heads;
+// long token runs (the pipelined pair kernel).
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -139,6 +140,65 @@ TEST(GpuQkNormRope, ZeroHeadVectors) {
 
 // A head's output bits depend only on its own input, its position and the weights: not on T,
 // not on the other heads.
+// Long token runs (T >= kRopePipelineMinTokens, 16-bit q/k, R = D: the pipelined pair kernel on
+// a persistent grid): every source, both styles, D 64 / 128 / 256 (head groups at 256), [B, S]
+// layouts, in place and out; and the last token's bits equal those of the token alone (T = 1,
+// the single-round pair kernel).
+TEST(GpuQkNormRope, PipelinedLongRuns) {
+  ROPENORM_REQUIRE_GPU();
+  uint64_t seed = 300;
+  for (DType dt : {DType::kBFloat16, DType::kFloat16}) {
+    for (CosSinKind src : {CosSinKind::kCache, CosSinKind::kHfCosSin, CosSinKind::kHfCosSinGathered,
+                           CosSinKind::kInvFreq}) {
+      for (RopeStyle style : {RopeStyle::kNeox, RopeStyle::kGptj}) {
+        QkNormRopeCase c;
+        c.rope.batch = 2;
+        c.rope.seq = 2053;
+        c.rope.hq = 4;
+        c.rope.hk = 2;
+        c.rope.head_dim = seed % 3 == 0 ? 256 : (seed % 3 == 1 ? 128 : 64);
+        c.rope.dtype = dt;
+        c.rope.source = src;
+        c.rope.style = style;
+        c.rope.layout = RopeLayout::kPackedQkv;
+        c.rope.in_place = seed % 2 == 0;
+        c.rope.pos_kind = seed % 2 ? RopePosKind::kI32 : RopePosKind::kArangeSeqOffs;
+        c.rope.seed = seed++;
+        expect_pass(c);
+      }
+    }
+  }
+  QkNormRopeCase c;
+  c.rope.seq = 4100;
+  c.rope.hq = 32;
+  c.rope.hk = 8;
+  c.rope.head_dim = 128;
+  c.rope.layout = RopeLayout::kPackedQkv;
+  c.rope.seed = seed++;
+  const auto in = verify::make_inputs(c);
+  const auto a = expect_pass(c, in);
+  const int64_t tok = c.rope.seq - 1, d = c.rope.head_dim;
+  QkNormRopeCase c1 = c;
+  c1.rope.seq = 1;
+  verify::QkNormRopeInputs in1 = in;
+  const size_t es = dtype_size(c.rope.dtype);
+  in1.rope.q = ref::HostTensor(c.rope.dtype, c.rope.hq * d);
+  in1.rope.k = ref::HostTensor(c.rope.dtype, c.rope.hk * d);
+  std::memcpy(in1.rope.q.bytes.data(), in.rope.q.bytes.data() + tok * c.rope.hq * d * es,
+              in1.rope.q.bytes.size());
+  std::memcpy(in1.rope.k.bytes.data(), in.rope.k.bytes.data() + tok * c.rope.hk * d * es,
+              in1.rope.k.bytes.size());
+  in1.rope.positions = {in.rope.positions[tok]};
+  const auto b = expect_pass(c1, in1);
+  for (int64_t i = 0; i < c.rope.hq * d; ++i) {
+    ASSERT_EQ(b.q_out.bits(i), a.q_out.bits(tok * c.rope.hq * d + i)) << "q element " << i;
+  }
+  for (int64_t i = 0; i < c.rope.hk * d; ++i) {
+    ASSERT_EQ(b.k_out.bits(i), a.k_out.bits(tok * c.rope.hk * d + i)) << "k element " << i;
+  }
+  for (int64_t i = 0; i < c.rope.hq; ++i) ASSERT_EQ(b.q_rstd[i], a.q_rstd[tok * c.rope.hq + i]);
+}
+
 TEST(GpuQkNormRope, HeadResultIndependentOfTAndOtherHeads) {
   ROPENORM_REQUIRE_GPU();
   for (DType dt : kFloatTypes) {

@@ -2,7 +2,8 @@
 // both styles, GQA head counts and k absent, every position kind, every cos/sin source and
 // dtype, packed QKV views, the [B, H, S, D] layout, storage offset 1, in place, inverse, large
 // positions and 64-bit offsets; plus properties (pair norms kept, inverse undoes forward, gptj is
-// neox after the channel permutation, a token's bits do not depend on T) and the checked mode.
+// neox after the channel permutation, a token's bits do not depend on T) and the checked mode;
+// long token runs (the pipelined kernel) over sources, styles, dtypes, layouts and head groups.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -302,6 +303,44 @@ TEST(GpuRope, InverseAgainstOracle) {
       expect_pass(c);
     }
   }
+}
+
+// Long token runs (T >= kRopePipelineMinTokens: the software-pipelined kernel on a persistent
+// grid): every source, both styles, every dtype, pass-through channels in and out of place,
+// [B, S] with S not dividing the grid, packed QKV views, head groups, the inverse.
+TEST(GpuRope, PipelinedLongRuns) {
+  ROPENORM_REQUIRE_GPU();
+  uint64_t seed = 1050;
+  for (DType dt : kFloatTypes) {
+    for (CosSinKind src : kSources) {
+      for (RopeStyle style : {RopeStyle::kNeox, RopeStyle::kGptj}) {
+        RopeCase c;
+        c.batch = 3;
+        c.seq = 1531;
+        c.hq = 4;
+        c.hk = 2;
+        c.head_dim = 64;
+        c.rotary_dim = style == RopeStyle::kGptj ? 32 : 0;
+        c.dtype = dt;
+        c.source = src;
+        c.style = style;
+        c.layout = RopeLayout::kPackedQkv;
+        c.in_place = src == CosSinKind::kHfCosSin;
+        c.inverse = src == CosSinKind::kInvFreq;
+        c.pos_kind = src == CosSinKind::kCache ? RopePosKind::kArangeSeqOffs : RopePosKind::kI32;
+        c.seed = seed++;
+        expect_pass(c);
+      }
+    }
+  }
+  RopeCase g;  // 64 q + 8 kv heads at D 128: two head groups; T = 4099 tokens, one sequence
+  g.seq = 4099;
+  g.hq = 64;
+  g.hk = 8;
+  g.head_dim = 128;
+  g.rotary_dim = 96;
+  g.seed = seed++;
+  expect_pass(g);
 }
 
 // Decode-like and large-token shapes of the standard benchmark set.

@@ -55,21 +55,27 @@ TEST(CpuRmsNormPlan, PathsAndThreads) {
   p = plan_rms_norm(127, 1);
   EXPECT_EQ(p.path, RmsNormPath::kWarpPerRow);
   // Mid rows: block per row, registers.
-  p = plan_rms_norm(4096, 8);  // 512 vectors
+  p = plan_rms_norm(4096, 8);  // 512 vectors: 128 threads x 4
   EXPECT_EQ(p.path, RmsNormPath::kBlockPerRow);
+  EXPECT_EQ(p.vpt, 4);
+  EXPECT_EQ(p.threads, 128);
+  p = plan_rms_norm(2048, 8);  // 256 vectors: no fewer than 128 threads, so 2 vectors each
+  EXPECT_EQ(p.vpt, 2);
+  EXPECT_EQ(p.threads, 128);
+  p = plan_rms_norm(4096, 8, 2, 2, true);  // with a residual: 2 vectors per thread
   EXPECT_EQ(p.vpt, 2);
   EXPECT_EQ(p.threads, 256);
   p = plan_rms_norm(8192, 8);
   EXPECT_EQ(p.vpt, 4);
   EXPECT_EQ(p.threads, 256);
-  // With a residual a thread holds two values per element: twice the threads, half the vectors.
+  // With a residual a thread holds two values per element: half the vectors per thread.
   p = plan_rms_norm(8192, 8, 2, 2, true);
   EXPECT_EQ(p.path, RmsNormPath::kBlockPerRow);
   EXPECT_EQ(p.vpt, 2);
   EXPECT_EQ(p.threads, 512);
   p = plan_rms_norm(4095, 8);  // ceil(4095 / 8) = 512 vectors
   EXPECT_EQ(p.path, RmsNormPath::kBlockPerRow);
-  EXPECT_EQ(p.threads, 256);
+  EXPECT_EQ(p.threads, 128);
   p = plan_rms_norm(4095, 1);
   EXPECT_EQ(p.path, RmsNormPath::kBlockPerRow);
   EXPECT_EQ(p.vpt, 8);

@@ -1,8 +1,9 @@
 // Per-dtype launch of the RoPE kernel: picks the instantiation for the plan's vector width and
 // launches it on the caller's stream. Included by exactly one .cu per q/k dtype, which
 // instantiates it; the launcher calls it through dispatch. The cos/sin dtype, the source kind,
-// the style and the direction are run-time switches inside the kernel (uniform branches), so
-// each dtype has one kernel per vector width: 16 / sizeof(T), ..., 2, 1.
+// the direction are run-time switches inside the kernel (uniform branches); the style is a
+// template argument, so each dtype has, per vector width (16 / sizeof(T), ..., 2, 1) and style,
+// the single-round, the looping and the pipelined kernel.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -22,8 +23,25 @@ namespace detail {
 /// Blocks per multiprocessor the RoPE kernel's register budget is set for.
 constexpr int kRopeMinBlocks = 3;
 
+/// Blocks per multiprocessor the pipelined kernel's register budget is set for (it holds two
+/// tokens' loads: up to 128 registers a thread).
+constexpr int kRopePipelinedMinBlocks = 2;
+
+/// The pipelined kernel on a persistent grid (rope_pipelined_grid).
+template <typename T, int V>
+cudaError_t launch_rope_pipelined(const RopeKernelArgs& a, const core::RopePlan& p,
+                                  cudaStream_t s) {
+  constexpr int KH = core::kRopeHeadsPerThread;
+  constexpr int MB = kRopePipelinedMinBlocks;
+  const auto kernel = a.gptj ? rope_pipelined_kernel<T, V, KH, MB, true>
+                             : rope_pipelined_kernel<T, V, KH, MB, false>;
+  return launch_with_pdl(kernel, rope_pipelined_grid(reinterpret_cast<const void*>(kernel), p),
+                         rope_launch_block(p), 0, s, a);
+}
+
 template <typename T, int V>
 cudaError_t launch_rope_vec(const RopeKernelArgs& a, const core::RopePlan& p, cudaStream_t s) {
+  if (p.pipelined) return launch_rope_pipelined<T, V>(a, p, s);
   constexpr int KH = core::kRopeHeadsPerThread;
   constexpr int MB = kRopeMinBlocks;
   const bool single = p.single;
