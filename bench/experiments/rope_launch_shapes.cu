@@ -3,9 +3,8 @@
 // and register-budget instantiations, and two diagnostic kernels with the RoPE kernel's access
 // pattern (kMath = 0: loads and stores only; 1: plain fp32 rotation), on q [T, 32, 128] and
 // k [T, 8, 128] bf16 with an fp32 cos/sin cache, cold L2 (CUDA-graph replay for T = 1); checks
-// that every variant writes the same bits; and the software-pipelined RoPE kernel (a persistent
-// grid whose threads load the next token before they rotate the current one) at several
-// heads-per-thread and register budgets. Not part of the
+// that every variant writes the same bits; and a software-pipelined RoPE variant (a persistent
+// grid whose threads load the next token before they rotate the current one). Not part of the
 // build:
 //   nvcc -std=c++20 -O3 -gencode=arch=compute_90,code=sm_90 -Iinclude -Isrc \
 //        bench/experiments/rope_launch_shapes.cu src/core/rope_plan.cpp -o rope_launch_shapes
@@ -192,13 +191,61 @@ void pattern_variant(const Bufs& b, int64_t T, double bytes, double copy) {
       KH, kMath, (long)T, fa.numRegs, bx, by, bz, us, bytes / us / 1e3,
       100 * bytes / us / 1e3 / copy);
 }
+// Software-pipelined variant (experiment): a persistent grid; thread row y of a block owns KH
+// heads, lane x one pair vector, slice z a token, then every gridDim.x * bz-th token after it.
+// The next token's head loads and cos/sin loads are issued before the current token is rotated
+// and stored, so loads stay in flight through the arithmetic. Same helpers (loads, Kahan
+// rotation, stores) as the production kernel: the same bits.
+template <int KH>
+constexpr int kPipelinedThreads = 8 * ((HQ + HK + KH - 1) / KH);
+template <int KH, int MB>
+__global__ void __launch_bounds__(kPipelinedThreads<KH>, MB)
+    pipelined_kernel(const RopeKernelArgs a) {
+  constexpr int V = 8;
+  const int heads = a.hq + a.hk;
+  const int h0 = threadIdx.y * KH;
+  const int i0 = threadIdx.x * V;
+  const int oa = i0, ob = a.half + i0;
+  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.z;
+  int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.z + threadIdx.z;
+  if (t >= a.tokens) return;
+  RopeHeadRegs<bf16, V> cur[KH], nxt[KH];
+  float cc[V], cs[V], nc[V], ns[V];
+  RopeTokenPtrs<bf16> tp = rope_token_ptrs<bf16>(a, 0, t);
+  rope_load_heads<bf16, V, KH>(a, tp, h0, heads, oa, ob, cur);
+  rope_cos_sin_loaded<V>(a, t, 0, t, i0, cc, cs);
+  while (true) {
+    const int64_t tn = t + step;
+    const bool more = tn < a.tokens;
+    RopeTokenPtrs<bf16> tpn = tp;
+    if (more) {
+      tpn = rope_token_ptrs<bf16>(a, 0, tn);
+      rope_load_heads<bf16, V, KH>(a, tpn, h0, heads, oa, ob, nxt);
+      rope_cos_sin_loaded<V>(a, tn, 0, tn, i0, nc, ns);
+    }
+#pragma unroll
+    for (int u = 0; u < KH; ++u) {
+      if (h0 + u < heads) rope_store_head<bf16, V, false>(a, tp, h0 + u, oa, ob, cur[u], cc, cs);
+    }
+    if (!more) break;
+    t = tn;
+    tp = tpn;
+#pragma unroll
+    for (int u = 0; u < KH; ++u) cur[u] = nxt[u];
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      cc[k] = nc[k];
+      cs[k] = ns[k];
+    }
+  }
+}
 template <int KH, int MB>
 void pipelined_variant(const Bufs& b, int64_t T, std::vector<uint16_t>& ref, double bytes,
                        double copy) {
   const int bx = 8;
   const int by = (HQ + HK + KH - 1) / KH;
   const int bz = 1;
-  auto k = rope_pipelined_kernel<bf16, 8, KH, MB, false>;
+  auto k = pipelined_kernel<KH, MB>;
   int per_sm = 0, sms = 0;
   CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k, bx * by * bz, 0));
   CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));

@@ -57,7 +57,7 @@ RopePlan plan_rope(int64_t tokens, int64_t heads, int64_t half, int vec) {
   p.grid = grid;
   const bool one_round = p.bx >= nvp && groups * by * kRopeHeadsPerThread >= heads;
   p.single = grid * p.bz >= tokens && one_round;
-  p.pipelined = one_round && tokens >= kRopePipelineMinTokens;
+  p.long_run = p.single && tokens >= kRopeLongRunTokens;
   return p;
 }
 

@@ -41,20 +41,21 @@ struct RopePlan {
   /// no loops): grid * bz >= T, bx >= h / V and head_groups * by * kRopeHeadsPerThread >=
   /// Hq + Hk.
   bool single = false;
-  /// Long token runs with one pair vector and one round of heads per thread (bx >= h / V,
-  /// head_groups * by * kRopeHeadsPerThread >= Hq + Hk, T >= kRopePipelineMinTokens): the RoPE
-  /// launcher runs the software-pipelined kernel on a persistent grid (grid x: the blocks
-  /// resident at once, at most `grid`). The QK-norm + RoPE kernels do not use it.
-  bool pipelined = false;
+  /// A single-round plan for at least kRopeLongRunTokens tokens: the RoPE launcher runs the
+  /// single-round kernel at the register budget of kRopeLongRunMinBlocks blocks per
+  /// multiprocessor (more warps in flight). The QK-norm + RoPE kernels do not use it.
+  bool long_run = false;
 };
 
 /// Threads per block the planner aims for.
 constexpr int kRopeBlockThreads = 256;
 /// Heads a thread loads before it rotates any of them (its loads in flight at once).
 constexpr int kRopeHeadsPerThread = 2;
-/// Fewest tokens for the pipelined kernel (H200, bf16 D 128, 32 + 8 heads: as fast as the
-/// single-round kernel at T = 1024, 23% faster at T = 16384 and 25% at T = 65536).
-constexpr int64_t kRopePipelineMinTokens = 4096;
+/// Fewest tokens of a long run (H200, bf16 D 128, 32 + 8 heads, single-round kernel at 64
+/// registers against 80: 25% slower at T = 1024, 11% faster at T = 16384, 12% at T = 65536).
+constexpr int64_t kRopeLongRunTokens = 4096;
+/// Blocks per multiprocessor the single-round kernel's register budget is set for on long runs.
+constexpr int kRopeLongRunMinBlocks = 4;
 /// Largest grid launched (the kernel loops over the remaining token groups).
 constexpr int64_t kRopeMaxGrid = int64_t{1} << 30;
 /// Most head groups (grid y) launched: CUDA's limit on gridDim.y.

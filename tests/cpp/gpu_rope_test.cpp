@@ -3,7 +3,7 @@
 // dtype, packed QKV views, the [B, H, S, D] layout, storage offset 1, in place, inverse, large
 // positions and 64-bit offsets; plus properties (pair norms kept, inverse undoes forward, gptj is
 // neox after the channel permutation, a token's bits do not depend on T) and the checked mode;
-// long token runs (the pipelined kernel) over sources, styles, dtypes, layouts and head groups.
+// long token runs (the long-run kernel) over sources, styles, dtypes, layouts and head groups.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -305,10 +305,10 @@ TEST(GpuRope, InverseAgainstOracle) {
   }
 }
 
-// Long token runs (T >= kRopePipelineMinTokens: the software-pipelined kernel on a persistent
-// grid): every source, both styles, every dtype, pass-through channels in and out of place,
+// Long token runs (T >= kRopeLongRunTokens: the single-round kernel at its long-run register
+// budget): every source, both styles, every dtype, pass-through channels in and out of place,
 // [B, S] with S not dividing the grid, packed QKV views, head groups, the inverse.
-TEST(GpuRope, PipelinedLongRuns) {
+TEST(GpuRope, LongRuns) {
   ROPENORM_REQUIRE_GPU();
   uint64_t seed = 1050;
   for (DType dt : kFloatTypes) {

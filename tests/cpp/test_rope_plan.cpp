@@ -64,15 +64,15 @@ TEST(CpuRopePlan, BlockShape) {
   EXPECT_EQ(p.by, 20);
   EXPECT_EQ(p.bz, 1);
   EXPECT_EQ(p.grid, 1);
-  EXPECT_FALSE(p.pipelined);
-  // Many tokens: one token per block of 160 threads, pipelined (the launcher narrows the grid).
+  EXPECT_FALSE(p.long_run);
+  // Many tokens: one token per block of 160 threads, a long run.
   p = plan_rope(65536, 40, 64, 8);
   EXPECT_EQ(p.bx * p.by * p.bz, 160);
   EXPECT_EQ(p.bz, 1);
   EXPECT_EQ(p.grid, 65536);
-  EXPECT_TRUE(p.pipelined);
-  EXPECT_TRUE(plan_rope(kRopePipelineMinTokens, 40, 64, 8).pipelined);
-  EXPECT_FALSE(plan_rope(kRopePipelineMinTokens - 1, 40, 64, 8).pipelined);
+  EXPECT_TRUE(p.long_run);
+  EXPECT_TRUE(plan_rope(kRopeLongRunTokens, 40, 64, 8).long_run);
+  EXPECT_FALSE(plan_rope(kRopeLongRunTokens - 1, 40, 64, 8).long_run);
   // Few heads and pairs: several tokens per block.
   p = plan_rope(1000, 8, 32, 8);
   EXPECT_EQ(p.bx, 4);
@@ -126,7 +126,7 @@ TEST(CpuRopePlan, SingleRoundWhenEveryThreadHasOneTokenOnePairVectorOneRoundOfHe
   EXPECT_EQ(d256.head_groups, 2);
   // More pair vectors than a block row (scalar D 512): the kernel loops over them.
   EXPECT_FALSE(plan_rope(10, 2, 256, 1).single);
-  EXPECT_FALSE(plan_rope(100000, 2, 256, 1).pipelined);
+  EXPECT_FALSE(plan_rope(100000, 2, 256, 1).long_run);
   // More tokens than the largest grid covers: the grid loops.
   EXPECT_FALSE(plan_rope(int64_t{1} << 40, 40, 64, 8).single);
 }

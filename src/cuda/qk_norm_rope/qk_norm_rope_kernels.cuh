@@ -55,10 +55,6 @@
 //  - rms: the lane's 16 squares in a fixed order, then a butterfly over the bx lanes (every lane
 //    gets the same bits). Lane 0 stores r.
 // Each lane writes exactly the channels it read, after the whole head was read.
-// Pipelined pair kernel (long token runs, plan.rope.pipelined): the same lanes, heads and
-// per-head work on the RoPE kernels' persistent-grid token pipeline (rope_pipeline_tokens):
-// token t + gridDim.x * bz's heads and cos/sin are loaded before token t is normalised,
-// rotated and stored; distinct tokens never share memory, so in place stays safe.
 #pragma once
 
 #include <cstdint>
@@ -83,9 +79,6 @@ using core::kQkVecThreads;
 constexpr int kQkVecMinBlocks = 4;
 /// Blocks per multiprocessor the pair kernel's register budget is set for.
 constexpr int kQkPairMinBlocks = 3;
-/// Blocks per multiprocessor the pipelined pair kernel's register budget is set for (it holds
-/// two tokens' loads: up to 128 registers a thread).
-constexpr int kQkPairPipelinedMinBlocks = 2;
 
 /// Butterfly sum of v over the g lanes (a power of two <= 32, aligned in the warp) named by
 /// mask: every lane of the group obtains the same bits.
@@ -406,20 +399,14 @@ __device__ __forceinline__ void qk_pair_token(const QkNormRopeArgs& args, int64_
 /// kGptj: the style (a.gptj), fixed at compile time; kSingle as for rope_kernel (plan.single:
 /// one token and one round of heads per thread, no loops). Block shape from core::plan_rope
 /// (bx = h / V exactly, a power of two <= 32).
-/// Pair kernels: the warp lanes of the calling thread's head (the blockDim.x lanes of its
-/// (y, z) row, aligned in the warp).
-__device__ __forceinline__ unsigned qk_pair_lane_mask() {
-  const int g = blockDim.x;
-  const int tid = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
-  const int lane = tid & 31;
-  return g == 32 ? 0xffffffffu : ((1u << g) - 1u) << (lane & ~(g - 1));
-}
-
 template <typename T, int V, int KH, int kMinBlocks, bool kGptj, bool kSingle>
 __global__ void __launch_bounds__(core::kRopeBlockThreads, kMinBlocks)
     qk_norm_rope_pair_kernel(const QkNormRopeArgs args) {
   const RopeKernelArgs& a = args.rope;
-  const unsigned mask = qk_pair_lane_mask();
+  const int g = blockDim.x;  // lanes per head
+  const int tid = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+  const int lane = tid & 31;
+  const unsigned mask = g == 32 ? 0xffffffffu : ((1u << g) - 1u) << (lane & ~(g - 1));
   const int hstep = rope_head_step<KH>();
   const int hfirst = rope_first_head<KH>();
   griddep_wait();
@@ -432,24 +419,6 @@ __global__ void __launch_bounds__(core::kRopeBlockThreads, kMinBlocks)
       qk_pair_token<T, V, KH, kGptj, false>(args, t, hfirst, hstep, mask);
     }
   }
-}
-
-/// Pipelined pair kernel for long token runs (plan.rope.pipelined): the RoPE kernels' token
-/// pipeline (rope_pipeline_tokens) around the pair kernel's per-head work, so the next token's
-/// loads are in flight while a token is normalised, rotated and stored; the same bits as the
-/// pair kernel. Grid x: the blocks resident at once.
-template <typename T, int V, int KH, int kMinBlocks, bool kGptj>
-__global__ void __launch_bounds__(core::kRopeBlockThreads, kMinBlocks)
-    qk_norm_rope_pair_pipelined_kernel(const QkNormRopeArgs args) {
-  const unsigned mask = qk_pair_lane_mask();
-  griddep_wait();
-  rope_pipeline_tokens<T, V, KH, kGptj>(
-      args.rope, true, rope_first_head<KH>(),
-      [&](const RopeTokenPtrs<T>& tp, int64_t t, int hh, int oa, int ob,
-          const RopeHeadRegs<T, V>& regs, const float(&c)[V], const float(&sn)[V]) {
-        qk_pair_head<T, V, kGptj>(args, tp, t, hh, oa, ob, regs, c, sn, mask, blockDim.x);
-      },
-      [](int64_t, int64_t) {});
 }
 
 }  // namespace ropenorm::cuda

@@ -1,9 +1,9 @@
 // Per-dtype launch of the fused QK-norm + RoPE kernel: picks the instantiation for the plan's
 // slots per lane (or the vector kernel, 16-bit types) and launches it on the caller's stream.
-// Included by exactly one .cu per q/k dtype. The weight dtype, the cos/sin source and dtype and the
-// direction are run-time switches inside the kernels (uniform branches), so each dtype has four
-// scalar kernels (slots per lane 1, 2, 4, 8) and, for 16-bit types, one vector kernel and, per
-// style, the single-round, looping and pipelined pair kernels.
+// Included by exactly one .cu per q/k dtype. The weight dtype, the cos/sin source and dtype, the
+// style and the direction are run-time switches inside the kernels (uniform branches), so each
+// dtype has four scalar kernels (slots per lane 1, 2, 4, 8) and, for 16-bit types, one vector
+// kernel.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -28,23 +28,14 @@ Status launch_qk_norm_rope_typed(const QkNormRopeArgs& a, const core::QkNormRope
       constexpr int V = kQkVecChannels;
       constexpr int KH = core::kRopeHeadsPerThread;
       constexpr int MB = kQkPairMinBlocks;
-      if (plan.rope.pipelined) {
-        constexpr int PMB = kQkPairPipelinedMinBlocks;
-        const auto kernel = a.rope.gptj ? qk_norm_rope_pair_pipelined_kernel<T, V, KH, PMB, true>
-                                        : qk_norm_rope_pair_pipelined_kernel<T, V, KH, PMB, false>;
-        err = launch_with_pdl(kernel,
-                              rope_pipelined_grid(reinterpret_cast<const void*>(kernel), plan.rope),
-                              rope_launch_block(plan.rope), 0, stream, a);
-      } else {
-        const bool single = plan.rope.single;
-        const auto kernel = a.rope.gptj
-                                ? (single ? qk_norm_rope_pair_kernel<T, V, KH, MB, true, true>
-                                          : qk_norm_rope_pair_kernel<T, V, KH, MB, true, false>)
-                                : (single ? qk_norm_rope_pair_kernel<T, V, KH, MB, false, true>
-                                          : qk_norm_rope_pair_kernel<T, V, KH, MB, false, false>);
-        err = launch_with_pdl(kernel, rope_launch_grid(plan.rope), rope_launch_block(plan.rope), 0,
-                              stream, a);
-      }
+      const bool single = plan.rope.single;
+      const auto kernel = a.rope.gptj
+                              ? (single ? qk_norm_rope_pair_kernel<T, V, KH, MB, true, true>
+                                        : qk_norm_rope_pair_kernel<T, V, KH, MB, true, false>)
+                              : (single ? qk_norm_rope_pair_kernel<T, V, KH, MB, false, true>
+                                        : qk_norm_rope_pair_kernel<T, V, KH, MB, false, false>);
+      err = launch_with_pdl(kernel, rope_launch_grid(plan.rope), rope_launch_block(plan.rope), 0,
+                            stream, a);
     } else {
       return Status(StatusCode::kUnsupported, "qk_norm_rope: no pair kernel for 32-bit q/k");
     }

@@ -25,13 +25,7 @@
 // (validated), so a thread may read its other heads before storing its first.
 // Vector width V > 1 is used only when the launcher checked that every base and stride is
 // aligned for it; V = 1 is the scalar path (any alignment, e.g. a storage offset of 1 element).
-// The pipelined kernel (long token runs, one pair vector and one round of heads per thread)
-// owns the same pairs and heads; its grid is persistent (the launcher sizes grid x to the blocks
-// resident at once), slice z takes token t = blockIdx.x * bz + z and every gridDim.x * bz-th
-// token after it, and it loads token t + gridDim.x * bz's heads and cos/sin before it rotates
-// and stores token t's, so a thread's next loads are in flight through its arithmetic and
-// stores. Distinct tokens never share memory (validated), so the early loads are safe in place.
-// The kernels are launched with programmatic dependent launch: it waits for the previous kernel
+// The kernel is launched with programmatic dependent launch: it waits for the previous kernel
 // on the stream before its first global memory access.
 #pragma once
 
@@ -39,7 +33,6 @@
 
 #include "core/rope_plan.h"
 #include "cuda/common/dtype.cuh"
-#include "cuda/common/launch.h"
 #include "cuda/common/pdl.cuh"
 #include "cuda/rope/rope_args.h"
 #include "cuda/rope/rope_math.cuh"
@@ -55,19 +48,6 @@ inline dim3 rope_launch_grid(const core::RopePlan& p) {
 inline dim3 rope_launch_block(const core::RopePlan& p) {
   return dim3(static_cast<unsigned>(p.bx), static_cast<unsigned>(p.by),
               static_cast<unsigned>(p.bz));
-}
-
-/// Grid of a pipelined kernel's launch (plan.pipelined): grid x the blocks of `kernel` resident
-/// at once on the current device over the head groups, at most the plan's grid.
-inline dim3 rope_pipelined_grid(const void* kernel, const core::RopePlan& p) {
-  dim3 grid = rope_launch_grid(p);
-  const int threads = p.bx * p.by * p.bz;
-  const int64_t resident =
-      static_cast<int64_t>(blocks_per_sm(kernel, threads, 0)) * device_sm_count();
-  int64_t gx = resident / p.head_groups;
-  if (gx < 1) gx = 1;
-  if (gx < p.grid) grid.x = static_cast<unsigned>(gx);
-  return grid;
 }
 
 /// Token t's batch index b and index s in its sequence; one sequence (seq == tokens, the
@@ -406,91 +386,6 @@ __global__ void __launch_bounds__(core::kRopeBlockThreads, kMinBlocks)
       if (any_tail) rope_copy_tail<T, V, KH>(a, b, s);
     }
   }
-}
-
-/// A thread's registers for one token of the pipelined kernel: its KH heads' inputs and the
-/// c_i, s_i of its pair vector.
-template <typename T, int V, int KH>
-struct RopeTokenRegs {
-  RopeHeadRegs<T, V> heads[KH];
-  float c[V], sn[V];
-};
-
-/// Issues the loads of token (b, s)'s heads hfirst .. hfirst + KH - 1 (those that exist) at
-/// channels oa and ob, then its c_i and s_i of pairs i0 .. i0 + V - 1 (loaded or computed).
-template <typename T, int V, int KH>
-__device__ __forceinline__ void rope_load_token(const RopeKernelArgs& a, const RopeTokenPtrs<T>& tp,
-                                                int64_t b, int64_t s, int hfirst, int i0, int oa,
-                                                int ob, RopeTokenRegs<T, V, KH>& r) {
-  rope_load_heads<T, V, KH>(a, tp, hfirst, a.hq + a.hk, oa, ob, r.heads);
-  const int64_t p = a.source == RopeSource::kGathered ? 0 : rope_position(a, b, s);
-  rope_cos_sin<V>(a, p, b, s, i0, r.c, r.sn);
-}
-
-/// The software pipeline over a thread's tokens, shared by the pipelined RoPE and QK-norm +
-/// RoPE kernels (plan.pipelined: one pair vector and one round of KH heads per thread and
-/// token). Slice z takes tokens t = blockIdx.x * bz + z, t + gridDim.x * bz, ...; lanes (those
-/// with a pair vector) issue token t + gridDim.x * bz's head and cos/sin loads, then run
-/// head(tp, t, hh, oa, ob, regs, c, sn) on each of token t's heads; every thread then runs
-/// tail(b, s) (pass-through channels). Call after griddep_wait().
-template <typename T, int V, int KH, bool kGptj, typename HeadFn, typename TailFn>
-__device__ __forceinline__ void rope_pipeline_tokens(const RopeKernelArgs& a, bool lane, int hfirst,
-                                                     HeadFn&& head, TailFn&& tail) {
-  const int heads = a.hq + a.hk;
-  const int i0 = threadIdx.x * V;
-  const int oa = kGptj ? 2 * i0 : i0;
-  const int ob = kGptj ? 2 * i0 + V : a.half + i0;
-  const int64_t tstep = static_cast<int64_t>(gridDim.x) * blockDim.z;
-  int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.z + threadIdx.z;
-  if (t >= a.tokens) return;
-  int64_t b, s;
-  rope_token_coords(a, t, b, s);
-  RopeTokenPtrs<T> tp = rope_token_ptrs<T>(a, b, s);
-  RopeTokenRegs<T, V, KH> cur, nxt;
-  if (lane) rope_load_token<T, V, KH>(a, tp, b, s, hfirst, i0, oa, ob, cur);
-  while (true) {
-    const int64_t tn = t + tstep;
-    const bool more = tn < a.tokens;
-    int64_t bn = b, s_next = s;
-    RopeTokenPtrs<T> tpn = tp;
-    if (more) {
-      rope_token_coords(a, tn, bn, s_next);
-      tpn = rope_token_ptrs<T>(a, bn, s_next);
-      if (lane) rope_load_token<T, V, KH>(a, tpn, bn, s_next, hfirst, i0, oa, ob, nxt);
-    }
-    if (lane) {
-#pragma unroll
-      for (int u = 0; u < KH; ++u) {
-        if (hfirst + u < heads) head(tp, t, hfirst + u, oa, ob, cur.heads[u], cur.c, cur.sn);
-      }
-    }
-    tail(b, s);
-    if (!more) break;
-    t = tn;
-    b = bn;
-    s = s_next;
-    tp = tpn;
-    cur = nxt;
-  }
-}
-
-/// Software-pipelined RoPE for long token runs (plan.pipelined): while token t's KH heads are
-/// rotated and stored, the next token's loads are in flight. Same helpers, so the same bits as
-/// rope_kernel. Grid x: the blocks resident at once.
-template <typename T, int V, int KH, int kMinBlocks, bool kGptj>
-__global__ void __launch_bounds__(core::kRopeBlockThreads, kMinBlocks)
-    rope_pipelined_kernel(const RopeKernelArgs a) {
-  const bool lane = static_cast<int>(threadIdx.x) < a.half / V;
-  const bool any_tail = a.head_dim > 2 * a.half && (a.copy_q_tail || a.copy_k_tail);
-  griddep_wait();
-  rope_pipeline_tokens<T, V, KH, kGptj>(
-      a, lane, rope_first_head<KH>(),
-      [&](const RopeTokenPtrs<T>& tp, int64_t, int hh, int oa, int ob,
-          const RopeHeadRegs<T, V>& regs, const float(&c)[V],
-          const float(&sn)[V]) { rope_store_head<T, V, kGptj>(a, tp, hh, oa, ob, regs, c, sn); },
-      [&](int64_t b, int64_t s) {
-        if (any_tail) rope_copy_tail<T, V, KH>(a, b, s);
-      });
 }
 
 }  // namespace ropenorm::cuda

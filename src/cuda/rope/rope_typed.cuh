@@ -3,7 +3,7 @@
 // instantiates it; the launcher calls it through dispatch. The cos/sin dtype, the source kind,
 // the direction are run-time switches inside the kernel (uniform branches); the style is a
 // template argument, so each dtype has, per vector width (16 / sizeof(T), ..., 2, 1) and style,
-// the single-round, the looping and the pipelined kernel.
+// the looping kernel and the single-round kernel at two register budgets (plan.long_run).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -23,32 +23,18 @@ namespace detail {
 /// Blocks per multiprocessor the RoPE kernel's register budget is set for.
 constexpr int kRopeMinBlocks = 3;
 
-/// Blocks per multiprocessor the pipelined kernel's register budget is set for (it holds two
-/// tokens' loads: up to 128 registers a thread).
-constexpr int kRopePipelinedMinBlocks = 2;
-
-/// The pipelined kernel on a persistent grid (rope_pipelined_grid).
-template <typename T, int V>
-cudaError_t launch_rope_pipelined(const RopeKernelArgs& a, const core::RopePlan& p,
-                                  cudaStream_t s) {
-  constexpr int KH = core::kRopeHeadsPerThread;
-  constexpr int MB = kRopePipelinedMinBlocks;
-  const auto kernel = a.gptj ? rope_pipelined_kernel<T, V, KH, MB, true>
-                             : rope_pipelined_kernel<T, V, KH, MB, false>;
-  return launch_with_pdl(kernel, rope_pipelined_grid(reinterpret_cast<const void*>(kernel), p),
-                         rope_launch_block(p), 0, s, a);
-}
-
 template <typename T, int V>
 cudaError_t launch_rope_vec(const RopeKernelArgs& a, const core::RopePlan& p, cudaStream_t s) {
-  if (p.pipelined) return launch_rope_pipelined<T, V>(a, p, s);
   constexpr int KH = core::kRopeHeadsPerThread;
   constexpr int MB = kRopeMinBlocks;
+  constexpr int LMB = core::kRopeLongRunMinBlocks;
   const bool single = p.single;
-  const auto kernel = a.gptj ? (single ? rope_kernel<T, V, KH, MB, true, true>
-                                       : rope_kernel<T, V, KH, MB, true, false>)
-                             : (single ? rope_kernel<T, V, KH, MB, false, true>
-                                       : rope_kernel<T, V, KH, MB, false, false>);
+  const auto kernel = a.gptj ? (p.long_run ? rope_kernel<T, V, KH, LMB, true, true>
+                                           : (single ? rope_kernel<T, V, KH, MB, true, true>
+                                                     : rope_kernel<T, V, KH, MB, true, false>))
+                             : (p.long_run ? rope_kernel<T, V, KH, LMB, false, true>
+                                           : (single ? rope_kernel<T, V, KH, MB, false, true>
+                                                     : rope_kernel<T, V, KH, MB, false, false>));
   return launch_with_pdl(kernel, rope_launch_grid(p), rope_launch_block(p), 0, s, a);
 }
 
