@@ -32,6 +32,33 @@ verify::QkNormRopeOutcome expect_pass(const QkNormRopeCase& c) {
   return expect_pass(c, verify::make_inputs(c));
 }
 
+// Runs token tok of case c (inputs in, outcome a over all T tokens) alone (T = 1, at the same
+// position) and checks that its q, k and q rstd keep their bits.
+void expect_token_alone_same_bits(const QkNormRopeCase& c, const verify::QkNormRopeInputs& in,
+                                  const verify::QkNormRopeOutcome& a, int64_t tok) {
+  const DType dt = c.rope.dtype;
+  const int64_t d = c.rope.head_dim;
+  QkNormRopeCase c1 = c;
+  c1.rope.seq = 1;
+  verify::QkNormRopeInputs in1 = in;
+  const size_t es = dtype_size(dt);
+  in1.rope.q = ref::HostTensor(dt, c.rope.hq * d);
+  in1.rope.k = ref::HostTensor(dt, c.rope.hk * d);
+  std::memcpy(in1.rope.q.bytes.data(), in.rope.q.bytes.data() + tok * c.rope.hq * d * es,
+              in1.rope.q.bytes.size());
+  std::memcpy(in1.rope.k.bytes.data(), in.rope.k.bytes.data() + tok * c.rope.hk * d * es,
+              in1.rope.k.bytes.size());
+  in1.rope.positions = {in.rope.positions[tok]};
+  const auto b = expect_pass(c1, in1);
+  for (int64_t i = 0; i < c.rope.hq * d; ++i) {
+    ASSERT_EQ(b.q_out.bits(i), a.q_out.bits(tok * c.rope.hq * d + i)) << "q element " << i;
+  }
+  for (int64_t i = 0; i < c.rope.hk * d; ++i) {
+    ASSERT_EQ(b.k_out.bits(i), a.k_out.bits(tok * c.rope.hk * d + i)) << "k element " << i;
+  }
+  for (int64_t i = 0; i < c.rope.hq; ++i) ASSERT_EQ(b.q_rstd[i], a.q_rstd[tok * c.rope.hq + i]);
+}
+
 const DType kFloatTypes[] = {DType::kBFloat16, DType::kFloat16, DType::kFloat32};
 
 TEST(GpuQkNormRope, HeadDimsRotaryStylesLayouts) {
@@ -176,26 +203,7 @@ TEST(GpuQkNormRope, LongRuns) {
   c.rope.seed = seed++;
   const auto in = verify::make_inputs(c);
   const auto a = expect_pass(c, in);
-  const int64_t tok = c.rope.seq - 1, d = c.rope.head_dim;
-  QkNormRopeCase c1 = c;
-  c1.rope.seq = 1;
-  verify::QkNormRopeInputs in1 = in;
-  const size_t es = dtype_size(c.rope.dtype);
-  in1.rope.q = ref::HostTensor(c.rope.dtype, c.rope.hq * d);
-  in1.rope.k = ref::HostTensor(c.rope.dtype, c.rope.hk * d);
-  std::memcpy(in1.rope.q.bytes.data(), in.rope.q.bytes.data() + tok * c.rope.hq * d * es,
-              in1.rope.q.bytes.size());
-  std::memcpy(in1.rope.k.bytes.data(), in.rope.k.bytes.data() + tok * c.rope.hk * d * es,
-              in1.rope.k.bytes.size());
-  in1.rope.positions = {in.rope.positions[tok]};
-  const auto b = expect_pass(c1, in1);
-  for (int64_t i = 0; i < c.rope.hq * d; ++i) {
-    ASSERT_EQ(b.q_out.bits(i), a.q_out.bits(tok * c.rope.hq * d + i)) << "q element " << i;
-  }
-  for (int64_t i = 0; i < c.rope.hk * d; ++i) {
-    ASSERT_EQ(b.k_out.bits(i), a.k_out.bits(tok * c.rope.hk * d + i)) << "k element " << i;
-  }
-  for (int64_t i = 0; i < c.rope.hq; ++i) ASSERT_EQ(b.q_rstd[i], a.q_rstd[tok * c.rope.hq + i]);
+  expect_token_alone_same_bits(c, in, a, c.rope.seq - 1);
 }
 
 TEST(GpuQkNormRope, HeadResultIndependentOfTAndOtherHeads) {
@@ -214,30 +222,10 @@ TEST(GpuQkNormRope, HeadResultIndependentOfTAndOtherHeads) {
       const auto a = expect_pass(c, in);
 
       // The same token alone (T = 1), at the same position.
-      const int64_t tok = 17;
-      QkNormRopeCase c1 = c;
-      c1.rope.seq = 1;
-      verify::QkNormRopeInputs in1 = in;
-      const size_t es = dtype_size(dt);
-      in1.rope.q = ref::HostTensor(dt, c.rope.hq * d);
-      in1.rope.k = ref::HostTensor(dt, c.rope.hk * d);
-      std::memcpy(in1.rope.q.bytes.data(), in.rope.q.bytes.data() + tok * c.rope.hq * d * es,
-                  in1.rope.q.bytes.size());
-      std::memcpy(in1.rope.k.bytes.data(), in.rope.k.bytes.data() + tok * c.rope.hk * d * es,
-                  in1.rope.k.bytes.size());
-      in1.rope.positions = {in.rope.positions[tok]};
-      const auto b = expect_pass(c1, in1);
-      for (int64_t i = 0; i < c.rope.hq * d; ++i) {
-        ASSERT_EQ(b.q_out.bits(i), a.q_out.bits(tok * c.rope.hq * d + i)) << "q element " << i;
-      }
-      for (int64_t i = 0; i < c.rope.hk * d; ++i) {
-        ASSERT_EQ(b.k_out.bits(i), a.k_out.bits(tok * c.rope.hk * d + i)) << "k element " << i;
-      }
-      for (int64_t i = 0; i < c.rope.hq; ++i) {
-        ASSERT_EQ(b.q_rstd[i], a.q_rstd[tok * c.rope.hq + i]);
-      }
+      expect_token_alone_same_bits(c, in, a, 17);
 
       // Every other head redrawn: head 3 of q and head 1 of k keep their bits.
+      const size_t es = dtype_size(dt);
       verify::QkNormRopeInputs in2 = in;
       std::mt19937_64 rng(99);
       ref::fill_normal(in2.rope.q, rng, 3.0);
