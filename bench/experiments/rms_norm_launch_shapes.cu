@@ -1,11 +1,13 @@
 // RMSNorm block-per-row launch-shape experiment (H200): the direct kernel at N = 4096 and 8192
-// (bf16, M = 512, 4096, 32768), plain and with the fused add, at every threads x vectors-per-
-// thread split that covers the row (512 x 1, 256 x 2, 128 x 4), against the production plan's
-// split; cold L2, CUDA-event medians, the copy bandwidth of the same run; every variant's output
-// compared with the production plan's (a different split changes the reduction order: bf16 ulp
-// distance reported). Question it answers: is N = 4096 (72% of copy at M = 32768 with 256 x 2,
-// 97% at N = 8192 with 256 x 4) limited by the bytes a thread has in flight? Not part of the
-// build:
+// (bf16, M = 1, 32, 512, 4096, 32768), plain and with the fused add, at every threads x
+// vectors-per-thread split that covers the row (512 x 1, 256 x 2, 128 x 4), against the
+// production plan's split; CUDA-graph replay for M <= 512 (as the main job), cold-L2 CUDA-event
+// medians above, the copy bandwidth of the same run; every variant's output compared with the
+// production plan's (a different split changes the reduction order: bf16 ulp distance
+// reported). Questions: is N = 4096 limited by the bytes a thread has in flight (answered at
+// 04576c2: 128 x 4 reaches 96% of copy at M = 32768, 256 x 2 70%; docs/performance.md), and
+// what does each split cost a single row (M = 1 went 2.28 -> 2.90 us with 128 x 4)?
+// Not part of the build:
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90,code=sm_90 -Iinclude -Isrc \
 //        bench/experiments/rms_norm_launch_shapes.cu build/libropenorm.a -o rms_norm_launch_shapes
 #include <cuda_runtime.h>
@@ -60,7 +62,7 @@ int main() {
   };
   for (int fused = 0; fused < 2; ++fused)
     for (int64_t N : {4096L, 8192L})
-      for (int64_t M : {512L, 4096L, 32768L}) {
+      for (int64_t M : {1L, 32L, 512L, 4096L, 32768L}) {
         RmsNormKernelArgs a{};
         a.x = x;
         a.weight = w;
@@ -100,16 +102,16 @@ int main() {
           core::RmsNormPlan p = prod;
           p.threads = vs[i].threads;
           p.vpt = vs[i].vpt;
-          auto run = [&] {
-            Status st = fused ? launch_rms_norm_typed<bf16, bf16>(a, p, 0)
-                              : launch_rms_norm_typed<bf16, NoResidual>(a, p, 0);
+          auto run = [&](cudaStream_t stream) {
+            Status st = fused ? launch_rms_norm_typed<bf16, bf16>(a, p, stream)
+                              : launch_rms_norm_typed<bf16, NoResidual>(a, p, stream);
             if (!st.ok()) {
               printf("%s\n", st.message().c_str());
               exit(1);
             }
           };
           CK(cudaMemset(y, 0xff, M * N * 2));
-          const float us = time_med(run, true, 21);
+          const float us = M <= 512 ? time_graph(run) : time_med([&] { run(0); }, true, 21);
           CK(cudaMemcpy(out.data(), y, M * N * 2, cudaMemcpyDeviceToHost));
           int maxd = 0;
           size_t ndiff = 0;

@@ -4,11 +4,14 @@
 // pattern (kMath = 0: loads and stores only; 1: plain fp32 rotation), on q [T, 32, 128] and
 // k [T, 8, 128] bf16 with an fp32 cos/sin cache, cold L2 (CUDA-graph replay for T = 1); checks
 // that every variant writes the same bits; and a software-pipelined RoPE variant (a persistent
-// grid whose threads load the next token before they rotate the current one). Not part of the
+// grid whose threads load the next token before they rotate the current one), from its
+// specialised form one generalisation at a time. Not part of the
 // build:
 //   nvcc -std=c++20 -O3 -gencode=arch=compute_90,code=sm_90 -Iinclude -Isrc \
 //        bench/experiments/rope_launch_shapes.cu src/core/rope_plan.cpp -o rope_launch_shapes
-// Its output at f2b72c8: bench/results/rope-launch-shapes-nvidia-h200.log.
+// Its output at f2b72c8: bench/results/rope-launch-shapes-nvidia-h200.log; at 1dbff34 (with the
+// library's pipelined kernel of that commit):
+// bench/results/rope-launch-shapes-1dbff34-nvidia-h200.log.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -195,40 +198,77 @@ void pattern_variant(const Bufs& b, int64_t T, double bytes, double copy) {
 // heads, lane x one pair vector, slice z a token, then every gridDim.x * bz-th token after it.
 // The next token's head loads and cos/sin loads are issued before the current token is rotated
 // and stored, so loads stay in flight through the arithmetic. Same helpers (loads, Kahan
-// rotation, stores) as the production kernel: the same bits.
+// rotation, stores) as the production kernel: the same bits. The kG* switches turn its
+// specialisations into the general forms a library kernel needs, one at a time (its general
+// form with all of them, at 1dbff34: 446 us at T = 65536 against 342 us specialised):
+//  - kGSource: the cos/sin source chosen at run time (rope_cos_sin: computed or loaded), not
+//    the table only;
+//  - kGTokens: token t split into (b, s) and its position looked up (rope_token_coords,
+//    rope_position), not b = 0 and p = t;
+//  - kGRest: the lane predicate (threads without a pair vector) and the pass-through copy;
+//  - kBound256: the library's launch bound (256 threads, MB blocks), not this block's size.
 template <int KH>
 constexpr int kPipelinedThreads = 8 * ((HQ + HK + KH - 1) / KH);
-template <int KH, int MB>
-__global__ void __launch_bounds__(kPipelinedThreads<KH>, MB)
+template <int KH, int MB, bool kGSource, bool kGTokens, bool kGRest, bool kBound256>
+__global__ void __launch_bounds__(kBound256 ? 256 : kPipelinedThreads<KH>, MB)
     pipelined_kernel(const RopeKernelArgs a) {
   constexpr int V = 8;
   const int heads = a.hq + a.hk;
   const int h0 = threadIdx.y * KH;
   const int i0 = threadIdx.x * V;
   const int oa = i0, ob = a.half + i0;
+  const bool lane = !kGRest || static_cast<int>(threadIdx.x) < a.half / V;
+  const bool any_tail = kGRest && a.head_dim > 2 * a.half && (a.copy_q_tail || a.copy_k_tail);
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.z;
   int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.z + threadIdx.z;
+  griddep_wait();
   if (t >= a.tokens) return;
   RopeHeadRegs<bf16, V> cur[KH], nxt[KH];
   float cc[V], cs[V], nc[V], ns[V];
-  RopeTokenPtrs<bf16> tp = rope_token_ptrs<bf16>(a, 0, t);
-  rope_load_heads<bf16, V, KH>(a, tp, h0, heads, oa, ob, cur);
-  rope_cos_sin_loaded<V>(a, t, 0, t, i0, cc, cs);
+  auto coords = [&](int64_t tt, int64_t& bb, int64_t& ss) {
+    if constexpr (kGTokens) {
+      rope_token_coords(a, tt, bb, ss);
+    } else {
+      bb = 0;
+      ss = tt;
+    }
+  };
+  auto load = [&](const RopeTokenPtrs<bf16>& tp, int64_t bb, int64_t ss,
+                  RopeHeadRegs<bf16, V>(&r)[KH], float(&c)[V], float(&sn)[V]) {
+    rope_load_heads<bf16, V, KH>(a, tp, h0, heads, oa, ob, r);
+    const int64_t p =
+        kGTokens ? (a.source == RopeSource::kGathered ? 0 : rope_position(a, bb, ss)) : ss;
+    if constexpr (kGSource) {
+      rope_cos_sin<V>(a, p, bb, ss, i0, c, sn);
+    } else {
+      rope_cos_sin_loaded<V>(a, p, bb, ss, i0, c, sn);
+    }
+  };
+  int64_t b, s;
+  coords(t, b, s);
+  RopeTokenPtrs<bf16> tp = rope_token_ptrs<bf16>(a, b, s);
+  if (lane) load(tp, b, s, cur, cc, cs);
   while (true) {
     const int64_t tn = t + step;
     const bool more = tn < a.tokens;
+    int64_t bn = b, sn = s;
     RopeTokenPtrs<bf16> tpn = tp;
     if (more) {
-      tpn = rope_token_ptrs<bf16>(a, 0, tn);
-      rope_load_heads<bf16, V, KH>(a, tpn, h0, heads, oa, ob, nxt);
-      rope_cos_sin_loaded<V>(a, tn, 0, tn, i0, nc, ns);
+      coords(tn, bn, sn);
+      tpn = rope_token_ptrs<bf16>(a, bn, sn);
+      if (lane) load(tpn, bn, sn, nxt, nc, ns);
     }
+    if (lane) {
 #pragma unroll
-    for (int u = 0; u < KH; ++u) {
-      if (h0 + u < heads) rope_store_head<bf16, V, false>(a, tp, h0 + u, oa, ob, cur[u], cc, cs);
+      for (int u = 0; u < KH; ++u) {
+        if (h0 + u < heads) rope_store_head<bf16, V, false>(a, tp, h0 + u, oa, ob, cur[u], cc, cs);
+      }
     }
+    if (any_tail) rope_copy_tail<bf16, V, KH>(a, b, s);
     if (!more) break;
     t = tn;
+    b = bn;
+    s = sn;
     tp = tpn;
 #pragma unroll
     for (int u = 0; u < KH; ++u) cur[u] = nxt[u];
@@ -239,23 +279,25 @@ __global__ void __launch_bounds__(kPipelinedThreads<KH>, MB)
     }
   }
 }
-template <int KH, int MB>
+template <int KH, int MB, bool kGSource = false, bool kGTokens = false, bool kGRest = false,
+          bool kBound256 = false>
 void pipelined_variant(const Bufs& b, int64_t T, std::vector<uint16_t>& ref, double bytes,
                        double copy) {
   const int bx = 8;
   const int by = (HQ + HK + KH - 1) / KH;
   const int bz = 1;
-  auto k = pipelined_kernel<KH, MB>;
+  auto k = pipelined_kernel<KH, MB, kGSource, kGTokens, kGRest, kBound256>;
   int per_sm = 0, sms = 0;
   CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k, bx * by * bz, 0));
   CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   const int64_t grid = std::min<int64_t>(T, static_cast<int64_t>(per_sm) * sms);
   const Measured m = measure(k, dim3(grid), dim3(bx, by, bz), make_args(b, T), b, T, ref);
   printf(
-      "pipelined KH=%d MB=%d T=%6ld regs=%3d block=%dx%dx%d grid=%ld (%d/SM)  %8.2f us  %6.0f "
-      "GB/s  %5.1f%% copy  %s\n",
-      KH, MB, (long)T, m.regs, bx, by, bz, (long)grid, per_sm, m.us, bytes / m.us / 1e3,
-      100 * bytes / m.us / 1e3 / copy, m.diff == 0 ? "same" : "DIFF");
+      "pipelined KH=%d MB=%d source=%d tokens=%d rest=%d bound256=%d T=%6ld regs=%3d "
+      "block=%dx%dx%d grid=%ld (%d/SM)  %8.2f us  %6.0f GB/s  %5.1f%% copy  %s\n",
+      KH, MB, (int)kGSource, (int)kGTokens, (int)kGRest, (int)kBound256, (long)T, m.regs, bx, by,
+      bz, (long)grid, per_sm, m.us, bytes / m.us / 1e3, 100 * bytes / m.us / 1e3 / copy,
+      m.diff == 0 ? "same" : "DIFF");
 }
 int main() {
   const int64_t TM = 65536;
@@ -297,8 +339,11 @@ int main() {
     rope_variant<2, 3, false>(b, T, ref, bytes, copy);
     if (T >= 1024) {
       pipelined_variant<2, 2>(b, T, ref, bytes, copy);
-      pipelined_variant<2, 3>(b, T, ref, bytes, copy);
-      pipelined_variant<1, 3>(b, T, ref, bytes, copy);
+      pipelined_variant<2, 2, true>(b, T, ref, bytes, copy);
+      pipelined_variant<2, 2, false, true>(b, T, ref, bytes, copy);
+      pipelined_variant<2, 2, false, false, true>(b, T, ref, bytes, copy);
+      pipelined_variant<2, 2, false, false, false, true>(b, T, ref, bytes, copy);
+      pipelined_variant<2, 2, true, true, true, true>(b, T, ref, bytes, copy);
     }
     qk_variant<1, 4>(b, T, qref, bytes, copy);
     qk_pair_variant<3>(b, T, qref, bytes, copy);
