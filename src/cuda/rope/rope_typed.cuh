@@ -1,6 +1,6 @@
 // Per-dtype launch of the RoPE kernel: picks the instantiation for the plan's vector width and
 // launches it on the caller's stream. Included by exactly one .cu per q/k dtype, which
-// instantiates it; the launcher calls it through dispatch. The cos/sin dtype, the source kind,
+// instantiates it; the launcher calls it through dispatch. The cos/sin dtype, the source kind and
 // the direction are run-time switches inside the kernel (uniform branches); the style is a
 // template argument, so each dtype has, per vector width (16 / sizeof(T), ..., 2, 1) and style,
 // the looping kernel and the single-round kernel at two register budgets (plan.long_run).
