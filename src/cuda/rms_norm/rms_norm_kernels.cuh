@@ -75,6 +75,20 @@ __device__ __forceinline__ float rms_output(const RmsNormKernelArgs& a, float v,
                                           : rms_apply_exact(v, rstd, w);
 }
 
+/// Output values of V elements v (in place) from rstd and their weight factors w: hf_llama
+/// (hf) or exact, before the final rounding.
+template <typename Tnorm, int V>
+__device__ __forceinline__ void row_output(const RmsNormKernelArgs& a, bool hf, float rstd,
+                                           const float (&w)[V], float (&v)[V]) {
+  if (hf) {
+#pragma unroll
+    for (int i = 0; i < V; ++i) v[i] = rms_apply_hf(round_through<Tnorm>(v[i] * rstd), w[i]);
+  } else {
+#pragma unroll
+    for (int i = 0; i < V; ++i) v[i] = rms_apply_exact(v[i], rstd, w[i]);
+  }
+}
+
 /// Stages (w + o) in shared memory as fp32; every thread of the block takes part, eight
 /// independent loads in flight per thread per step.
 __device__ __forceinline__ void stage_weight(const RmsNormKernelArgs& a, float* w_smem) {
@@ -147,14 +161,51 @@ __device__ __forceinline__ void issue_row(const RmsNormKernelArgs& a, int64_t ro
   }
 }
 
+/// Weight factors (w + o) of the V columns from col of a row of phase p: shared memory (16-byte
+/// float4 reads when aligned there), global memory as one vector when the row's phase and the
+/// weight's alignment allow, else per column (weight_factor).
+template <int V>
+__device__ __forceinline__ void row_weights(const RmsNormKernelArgs& a, const float* w_smem, int p,
+                                            int64_t col, float (&w)[V]) {
+  if (w_smem != nullptr) {
+    if constexpr (V % 4 == 0) {
+      if ((p & 3) == 0) {  // 16-byte aligned in shared memory: conflict-free float4 reads
+#pragma unroll
+        for (int c = 0; c < V / 4; ++c) {
+          const float4 q = *reinterpret_cast<const float4*>(w_smem + col + 4 * c);
+          w[4 * c] = q.x;
+          w[4 * c + 1] = q.y;
+          w[4 * c + 2] = q.z;
+          w[4 * c + 3] = q.w;
+        }
+      } else {
+#pragma unroll
+        for (int i = 0; i < V; ++i) w[i] = w_smem[col + i];
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < V; ++i) w[i] = w_smem[col + i];
+    }
+  } else if (a.weight_vec && p == 0) {
+    load_pack_dyn<V>(a.weight, a.w_dtype, col, w);
+#pragma unroll
+    for (int i = 0; i < V; ++i) w[i] += a.w_offset;
+  } else {
+#pragma unroll
+    for (int i = 0; i < V; ++i) w[i] = weight_factor(a, nullptr, col + i);
+  }
+}
+
 /// One row's share of a thread: takes its vectors through xsrc(k) / rsrc(k) (pointers to the V
 /// elements of x / residual of the thread's k-th vector: a ring slot or global memory), all of
 /// them loaded before any is used or s is stored; reduces the row and writes y (and s).
-template <typename Tx, typename Tr, int V, int VPT, bool kWarp, typename XSrc, typename RSrc>
+/// kWeightsFirst: every vector's weight factors are loaded before the first y store (otherwise
+/// each vector's after the previous vector's store); the library's kernels use false.
+template <typename Tx, typename Tr, int V, int VPT, bool kWarp, bool kWeightsFirst = false,
+          typename XSrc, typename RSrc>
 __device__ __forceinline__ void process_row(const RmsNormKernelArgs& a, int64_t row, int tid,
-                                            int nthreads, XSrc xsrc, RSrc rsrc,
-                                            const float* w_smem, float* scratch, Tx ex,
-                                            NormInputT<Tx, Tr> er) {
+                                            int nthreads, XSrc xsrc, RSrc rsrc, const float* w_smem,
+                                            float* scratch, Tx ex, NormInputT<Tx, Tr> er) {
   using Tnorm = NormInputT<Tx, Tr>;
   constexpr bool kFused = !std::is_same_v<Tr, NoResidual>;
   const Tx* x = static_cast<const Tx*>(a.x) + a.x_rows.offset(row);
@@ -208,49 +259,35 @@ __device__ __forceinline__ void process_row(const RmsNormKernelArgs& a, int64_t 
   if (a.rstd != nullptr && tid == 0) a.rstd[row] = rstd;
   const int64_t y_off = a.y_rows.offset(row);
   const bool hf = a.rounding == Rounding::kHfLlama;
+  if constexpr (kWeightsFirst) {
+    // Every vector's weight factors before the first store (a store to y may alias the weight
+    // as far as the compiler knows, so a load after it waits for it).
+    float w[VPT][V];
 #pragma unroll
-  for (int k = 0; k < VPT; ++k) {
-    const int j = tid + k * nthreads;
-    if (j < nbody) {
-      const int64_t col = p + static_cast<int64_t>(j) * V;
-      float w[V];
-      if (w_smem != nullptr) {
-        if constexpr (V % 4 == 0) {
-          if ((p & 3) == 0) {  // 16-byte aligned in shared memory: conflict-free float4 reads
+    for (int k = 0; k < VPT; ++k) {
+      const int j = tid + k * nthreads;
+      if (j < nbody) row_weights<V>(a, w_smem, p, p + static_cast<int64_t>(j) * V, w[k]);
+    }
 #pragma unroll
-            for (int c = 0; c < V / 4; ++c) {
-              const float4 q = *reinterpret_cast<const float4*>(w_smem + col + 4 * c);
-              w[4 * c] = q.x;
-              w[4 * c + 1] = q.y;
-              w[4 * c + 2] = q.z;
-              w[4 * c + 3] = q.w;
-            }
-          } else {
-#pragma unroll
-            for (int i = 0; i < V; ++i) w[i] = w_smem[col + i];
-          }
-        } else {
-#pragma unroll
-          for (int i = 0; i < V; ++i) w[i] = w_smem[col + i];
-        }
-      } else if (a.weight_vec && p == 0) {
-        load_pack_dyn<V>(a.weight, a.w_dtype, col, w);
-#pragma unroll
-        for (int i = 0; i < V; ++i) w[i] += a.w_offset;
-      } else {
-#pragma unroll
-        for (int i = 0; i < V; ++i) w[i] = weight_factor(a, nullptr, col + i);
+    for (int k = 0; k < VPT; ++k) {
+      const int j = tid + k * nthreads;
+      if (j < nbody) {
+        const int64_t col = p + static_cast<int64_t>(j) * V;
+        row_output<Tnorm, V>(a, hf, rstd, w[k], v[k]);
+        store_pack_dyn<V>(a.y, a.y_dtype, y_off + col, v[k]);
       }
-      if (hf) {
+    }
+  } else {
 #pragma unroll
-        for (int i = 0; i < V; ++i) {
-          v[k][i] = rms_apply_hf(round_through<Tnorm>(v[k][i] * rstd), w[i]);
-        }
-      } else {
-#pragma unroll
-        for (int i = 0; i < V; ++i) v[k][i] = rms_apply_exact(v[k][i], rstd, w[i]);
+    for (int k = 0; k < VPT; ++k) {
+      const int j = tid + k * nthreads;
+      if (j < nbody) {
+        const int64_t col = p + static_cast<int64_t>(j) * V;
+        float w[V];
+        row_weights<V>(a, w_smem, p, col, w);
+        row_output<Tnorm, V>(a, hf, rstd, w, v[k]);
+        store_pack_dyn<V>(a.y, a.y_dtype, y_off + col, v[k]);
       }
-      store_pack_dyn<V>(a.y, a.y_dtype, y_off + col, v[k]);
     }
   }
   if (has_edge) {
@@ -325,7 +362,7 @@ __global__ void __launch_bounds__(core::kRowsMaxThreads)
 /// loaded straight from global memory into registers (all of them before the reduction); the
 /// weight is read from global memory (L1/L2-resident), as 16-byte vectors when the row's phase
 /// and the weight's alignment allow.
-template <typename Tx, typename Tr, int V, int VPT>
+template <typename Tx, typename Tr, int V, int VPT, bool kWeightsFirst = false>
 __global__ void __launch_bounds__(core::kRowsMaxThreads)
     rms_norm_direct_kernel(const RmsNormKernelArgs a) {
   using Tnorm = NormInputT<Tx, Tr>;
@@ -349,7 +386,7 @@ __global__ void __launch_bounds__(core::kRowsMaxThreads)
       ex = x[e_col];
       if constexpr (kFused) er = r[e_col];
     }
-    process_row<Tx, Tr, V, VPT, false>(
+    process_row<Tx, Tr, V, VPT, false, kWeightsFirst>(
         a, row, tid, nthreads,
         [&](int k) { return x + p + static_cast<int64_t>(tid + k * nthreads) * V; },
         [&](int k) { return r + p + static_cast<int64_t>(tid + k * nthreads) * V; }, nullptr,
