@@ -62,6 +62,8 @@ float time_med(F f, bool cold, int iters = 15) {
     if (i >= 3) v.push_back(ms * 1000.f);
   }
   CK(cudaGetLastError());
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
 }
@@ -92,6 +94,11 @@ float time_graph(F f) {
     if (i >= 3) v.push_back(ms * 1000.f / N);
   }
   CK(cudaGetLastError());
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  cudaGraphExecDestroy(ge);
+  cudaGraphDestroy(g);
+  cudaStreamDestroy(s);
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
 }

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "core/rope_plan.h"
 #include "gpu_util.h"
 #include "reference/host_float.h"
 #include "reference/rope_ref.h"
@@ -338,8 +339,8 @@ TEST(GpuRope, LongRuns) {
   g.hq = 64;
   g.hk = 8;
   g.head_dim = 128;
-  g.rotary_dim = 96;
   g.seed = seed++;
+  ASSERT_EQ(core::plan_rope(g.tokens(), g.hq + g.hk, g.head_dim / 2, 8).head_groups, 2);
   expect_pass(g);
 }
 
