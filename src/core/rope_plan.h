@@ -51,6 +51,8 @@ struct RopePlan {
 constexpr int kRopeBlockThreads = 256;
 /// Heads a thread loads before it rotates any of them (its loads in flight at once).
 constexpr int kRopeHeadsPerThread = 2;
+/// Blocks per multiprocessor the RoPE kernel's register budget is set for.
+constexpr int kRopeMinBlocks = 3;
 /// Fewest tokens of a long run (H200, bf16 D 128, 32 + 8 heads, single-round kernel at 64
 /// registers against 80: 25% slower at T = 1024, 11% faster at T = 16384, 12% at T = 65536).
 constexpr int64_t kRopeLongRunTokens = 4096;

@@ -67,14 +67,6 @@ __device__ __forceinline__ float weight_factor(const RmsNormKernelArgs& a, const
   return 1.0f;
 }
 
-/// hf_llama or exact output value for one element, before the final rounding.
-template <typename Tnorm>
-__device__ __forceinline__ float rms_output(const RmsNormKernelArgs& a, float v, float rstd,
-                                            float w) {
-  return a.rounding == Rounding::kHfLlama ? rms_apply_hf(round_through<Tnorm>(v * rstd), w)
-                                          : rms_apply_exact(v, rstd, w);
-}
-
 /// Output values of V elements v (in place) from rstd and their weight factors w: hf_llama
 /// (hf) or exact, before the final rounding.
 template <typename Tnorm, int V>
@@ -87,6 +79,17 @@ __device__ __forceinline__ void row_output(const RmsNormKernelArgs& a, bool hf, 
 #pragma unroll
     for (int i = 0; i < V; ++i) v[i] = rms_apply_exact(v[i], rstd, w[i]);
   }
+}
+
+/// hf_llama or exact output value for one element, before the final rounding (row_output of
+/// one element).
+template <typename Tnorm>
+__device__ __forceinline__ float rms_output(const RmsNormKernelArgs& a, float v, float rstd,
+                                            float w) {
+  float out[1] = {v};
+  const float w1[1] = {w};
+  row_output<Tnorm, 1>(a, a.rounding == Rounding::kHfLlama, rstd, w1, out);
+  return out[0];
 }
 
 /// Stages (w + o) in shared memory as fp32; every thread of the block takes part, eight
@@ -259,35 +262,26 @@ __device__ __forceinline__ void process_row(const RmsNormKernelArgs& a, int64_t 
   if (a.rstd != nullptr && tid == 0) a.rstd[row] = rstd;
   const int64_t y_off = a.y_rows.offset(row);
   const bool hf = a.rounding == Rounding::kHfLlama;
+  // kWeightsFirst: every vector's weight factors before the first store (a store to y may alias
+  // the weight as far as the compiler knows, so a load after it waits for it); otherwise each
+  // vector's just before its own output.
+  float w[kWeightsFirst ? VPT : 1][V];
   if constexpr (kWeightsFirst) {
-    // Every vector's weight factors before the first store (a store to y may alias the weight
-    // as far as the compiler knows, so a load after it waits for it).
-    float w[VPT][V];
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
       const int j = tid + k * nthreads;
       if (j < nbody) row_weights<V>(a, w_smem, p, p + static_cast<int64_t>(j) * V, w[k]);
     }
+  }
 #pragma unroll
-    for (int k = 0; k < VPT; ++k) {
-      const int j = tid + k * nthreads;
-      if (j < nbody) {
-        const int64_t col = p + static_cast<int64_t>(j) * V;
-        row_output<Tnorm, V>(a, hf, rstd, w[k], v[k]);
-        store_pack_dyn<V>(a.y, a.y_dtype, y_off + col, v[k]);
-      }
-    }
-  } else {
-#pragma unroll
-    for (int k = 0; k < VPT; ++k) {
-      const int j = tid + k * nthreads;
-      if (j < nbody) {
-        const int64_t col = p + static_cast<int64_t>(j) * V;
-        float w[V];
-        row_weights<V>(a, w_smem, p, col, w);
-        row_output<Tnorm, V>(a, hf, rstd, w, v[k]);
-        store_pack_dyn<V>(a.y, a.y_dtype, y_off + col, v[k]);
-      }
+  for (int k = 0; k < VPT; ++k) {
+    const int j = tid + k * nthreads;
+    if (j < nbody) {
+      const int64_t col = p + static_cast<int64_t>(j) * V;
+      float(&wk)[V] = w[kWeightsFirst ? k : 0];
+      if constexpr (!kWeightsFirst) row_weights<V>(a, w_smem, p, col, wk);
+      row_output<Tnorm, V>(a, hf, rstd, wk, v[k]);
+      store_pack_dyn<V>(a.y, a.y_dtype, y_off + col, v[k]);
     }
   }
   if (has_edge) {

@@ -20,21 +20,21 @@ namespace ropenorm::cuda {
 
 namespace detail {
 
-/// Blocks per multiprocessor the RoPE kernel's register budget is set for.
-constexpr int kRopeMinBlocks = 3;
+/// The RoPE kernel of style kGptj the plan calls for: single-round (at the long-run register
+/// budget on long runs) or looping.
+template <typename T, int V, bool kGptj>
+auto rope_kernel_for(const core::RopePlan& p) {
+  constexpr int KH = core::kRopeHeadsPerThread;
+  constexpr int MB = core::kRopeMinBlocks;
+  constexpr int LMB = core::kRopeLongRunMinBlocks;
+  return p.long_run ? rope_kernel<T, V, KH, LMB, kGptj, true>
+                    : (p.single ? rope_kernel<T, V, KH, MB, kGptj, true>
+                                : rope_kernel<T, V, KH, MB, kGptj, false>);
+}
 
 template <typename T, int V>
 cudaError_t launch_rope_vec(const RopeKernelArgs& a, const core::RopePlan& p, cudaStream_t s) {
-  constexpr int KH = core::kRopeHeadsPerThread;
-  constexpr int MB = kRopeMinBlocks;
-  constexpr int LMB = core::kRopeLongRunMinBlocks;
-  const bool single = p.single;
-  const auto kernel = a.gptj ? (p.long_run ? rope_kernel<T, V, KH, LMB, true, true>
-                                           : (single ? rope_kernel<T, V, KH, MB, true, true>
-                                                     : rope_kernel<T, V, KH, MB, true, false>))
-                             : (p.long_run ? rope_kernel<T, V, KH, LMB, false, true>
-                                           : (single ? rope_kernel<T, V, KH, MB, false, true>
-                                                     : rope_kernel<T, V, KH, MB, false, false>));
+  const auto kernel = a.gptj ? rope_kernel_for<T, V, true>(p) : rope_kernel_for<T, V, false>(p);
   return launch_with_pdl(kernel, rope_launch_grid(p), rope_launch_block(p), 0, s, a);
 }
 
