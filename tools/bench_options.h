@@ -22,6 +22,7 @@ struct BenchOptions {
   int64_t graph_max_m = 512;      ///< RMSNorm rows up to this M are timed by graph replay
   int64_t rope_graph_max_t = 64;  ///< RoPE shapes up to this T are timed by graph replay
   double copy_gbps = 0;           ///< ceiling measured in the same run
+  double launch_floor_us = 0;     ///< floor kernel's CUDA-graph time, same run
   cudaStream_t stream = nullptr;  ///< a created (capturable) stream for all timing
 };
 

@@ -23,6 +23,12 @@ using Launch = std::function<Status(cudaStream_t)>;
 /// `reps` copies of `bytes`).
 double measure_copy_gbps(size_t bytes, int reps, cudaStream_t stream);
 
+/// Launch floor: per-launch device time (time_graph, per_graph launches, reps replays) of a
+/// kernel that does the least any kernel of the library does, launched as they are
+/// (programmatic dependent launch): one warp waits for the previous kernel, reads 16 bytes and
+/// writes them elsewhere. Small shapes are measured against it.
+Status measure_launch_floor_us(int per_graph, int reps, cudaStream_t stream, double* us);
+
 /// Reads `bytes` of `buf` on the device (result discarded): evicts the L2 and leaves only clean
 /// lines in it, so the timed kernel neither hits in L2 nor pays for another buffer's write-back.
 Status flush_l2(const void* buf, size_t bytes, cudaStream_t stream);

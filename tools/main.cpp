@@ -91,6 +91,14 @@ int run_main_job(bool timing, bool quick, const std::string& out_dir,
   if (timing) {
     o.copy_gbps = bench::measure_copy_gbps(size_t{1} << 30, 20, stream);
     std::printf("copy bandwidth (device-to-device, read + write): %.1f GB/s\n", o.copy_gbps);
+    const Status fl =
+        bench::measure_launch_floor_us(o.graph_launches, o.graph_reps, stream, &o.launch_floor_us);
+    if (!fl.ok()) {
+      std::fprintf(stderr, "error: launch floor: %s\n", fl.message().c_str());
+      return 2;
+    }
+    std::printf("launch floor (one warp, 16-byte read and write, CUDA-graph replay): %.2f us\n",
+                o.launch_floor_us);
   }
   // Receipts are (re)written after every op family, so a run cut short keeps what it measured.
   // A run of some op families only is named after them, so it never replaces the full receipt.
@@ -108,6 +116,7 @@ int run_main_job(bool timing, bool quick, const std::string& out_dir,
     rc.commit = bench::source_commit();
     rc.date = bench::utc_now();
     rc.copy_bandwidth_gbps = o.copy_gbps;
+    rc.launch_floor_us = o.launch_floor_us;
     rc.results = rows;
     std::filesystem::create_directories(out_dir);
     return bench::write_and_check_receipt(rc, stem);

@@ -103,6 +103,7 @@ Status write_and_check_receipt(const Receipt& r, const std::string& stem) {
          {"commit", r.commit},
          {"date", r.date},
          {"copy_bandwidth_gbps", r.copy_bandwidth_gbps},
+         {"launch_floor_us", r.launch_floor_us},
          {"results", json::array()}};
   for (const ResultRow& row : r.results) j["results"].push_back(row_json(row));
   {
@@ -139,11 +140,13 @@ Status write_and_check_receipt(const Receipt& r, const std::string& stem) {
   } catch (const std::exception& e) {
     return mismatch(jpath, std::string("does not parse: ") + e.what());
   }
-  for (const char* key : {"device", "driver", "cuda", "commit", "copy_bandwidth_gbps", "results"}) {
+  for (const char* key : {"device", "driver", "cuda", "commit", "copy_bandwidth_gbps",
+                          "launch_floor_us", "results"}) {
     if (!back.contains(key)) return mismatch(jpath, std::string("missing field ") + key);
   }
   if (back["device"] != r.device || back["commit"] != r.commit ||
-      back["copy_bandwidth_gbps"].get<double>() != r.copy_bandwidth_gbps) {
+      back["copy_bandwidth_gbps"].get<double>() != r.copy_bandwidth_gbps ||
+      back["launch_floor_us"].get<double>() != r.launch_floor_us) {
     return mismatch(jpath, "header fields differ from what was written");
   }
   if (back["results"].size() != r.results.size()) {

@@ -32,6 +32,7 @@ struct ResultRow {
 struct Receipt {
   std::string device, driver, cuda, torch = "n/a", commit, date;
   double copy_bandwidth_gbps = 0;
+  double launch_floor_us = 0;  ///< the floor kernel's CUDA-graph time (measure_launch_floor_us)
   std::vector<ResultRow> results;
 };
 

@@ -6,9 +6,10 @@
 // production plan's (a different split changes the reduction order: bf16 ulp distance
 // reported). Questions: is N = 4096 limited by the bytes a thread has in flight (answered at
 // 04576c2: 128 x 4 reaches 96% of copy at M = 32768, 256 x 2 70%; docs/performance.md), and
-// what does each split cost a single row (M = 1 went 2.28 -> 2.90 us with 128 x 4)? Each split
-// also runs with every vector's weight loads before the first store ("w 1st": the kernels'
-// kWeightsFirst, unused by the library), with its registers.
+// what does each split cost a single row (M = 1 went 2.28 -> 2.90 us with 128 x 4; at 16f10cf
+// 512 x 1 runs M = 1 in 2.00 us against 2.81 at 128 x 4, and loading every vector's weights
+// before the first store, a variant since removed, changed nothing: 2.88 us)? Each split's
+// registers are printed.
 // Not part of the build:
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90,code=sm_90 -Iinclude -Isrc \
 //        bench/experiments/rms_norm_launch_shapes.cu build/libropenorm.a -o rms_norm_launch_shapes
@@ -32,28 +33,16 @@ int ulp_dist(uint16_t a, uint16_t b) {
   auto key = [](uint16_t u) { return (u & 0x8000) ? -(int)(u & 0x7fff) : (int)u; };
   return std::abs(key(a) - key(b));
 }
-// The direct kernel at VPT vectors per thread (weights loaded before the first store, or the
-// library's order), one block per row.
-template <typename Tr, int VPT, bool kFirst>
-const void* direct_kernel() {
-  return reinterpret_cast<const void*>(rms_norm_direct_kernel<bf16, Tr, 8, VPT, kFirst>);
-}
-template <typename Tr, bool kFirst>
-const void* direct_kernel(int vpt) {
-  return vpt == 1   ? direct_kernel<Tr, 1, kFirst>()
-         : vpt == 2 ? direct_kernel<Tr, 2, kFirst>()
-                    : direct_kernel<Tr, 4, kFirst>();
-}
+// The direct kernel at VPT vectors per thread, one block per row.
 template <typename Tr, int VPT>
-void launch_weights_first(const RmsNormKernelArgs& a, int threads, cudaStream_t s) {
-  CK(launch_with_pdl(rms_norm_direct_kernel<bf16, Tr, 8, VPT, true>,
-                     dim3(static_cast<unsigned>(a.m)), dim3(threads), 0, s, a));
+const void* direct_kernel() {
+  return reinterpret_cast<const void*>(rms_norm_direct_kernel<bf16, Tr, 8, VPT>);
 }
 template <typename Tr>
-void launch_weights_first(const RmsNormKernelArgs& a, int threads, int vpt, cudaStream_t s) {
-  if (vpt == 1) launch_weights_first<Tr, 1>(a, threads, s);
-  if (vpt == 2) launch_weights_first<Tr, 2>(a, threads, s);
-  if (vpt == 4) launch_weights_first<Tr, 4>(a, threads, s);
+const void* direct_kernel(int vpt) {
+  return vpt == 1   ? direct_kernel<Tr, 1>()
+         : vpt == 2 ? direct_kernel<Tr, 2>()
+                    : direct_kernel<Tr, 4>();
 }
 int regs_of(const void* k) {
   cudaFuncAttributes fa;
@@ -91,7 +80,6 @@ int main() {
   printf("copy %.0f GB/s\n", copy);
   struct V {
     int threads, vpt;
-    bool first = false;  // weights loaded before the first store
   };
   for (int fused = 0; fused < 2; ++fused)
     for (int64_t N : {4096L, 8192L})
@@ -131,19 +119,11 @@ int main() {
           if (v.threads == prod.threads && v.vpt == prod.vpt) continue;
           vs.push_back(v);
         }
-        for (size_t i = 0, n = vs.size(); i < n; ++i) {
-          if (vs[i].vpt <= 4) vs.push_back(V{vs[i].threads, vs[i].vpt, true});
-        }
         for (size_t i = 0; i < vs.size(); ++i) {
           core::RmsNormPlan p = prod;
           p.threads = vs[i].threads;
           p.vpt = vs[i].vpt;
           auto run = [&](cudaStream_t stream) {
-            if (vs[i].first) {
-              fused ? launch_weights_first<bf16>(a, p.threads, p.vpt, stream)
-                    : launch_weights_first<NoResidual>(a, p.threads, p.vpt, stream);
-              return;
-            }
             Status st = fused ? launch_rms_norm_typed<bf16, bf16>(a, p, stream)
                               : launch_rms_norm_typed<bf16, NoResidual>(a, p, stream);
             if (!st.ok()) {
@@ -164,17 +144,14 @@ int main() {
               ndiff += d != 0;
               maxd = std::max(maxd, d);
             }
-          const int regs =
-              fused ? (vs[i].first ? regs_of(direct_kernel<bf16, true>(vs[i].vpt))
-                                   : regs_of(direct_kernel<bf16, false>(vs[i].vpt)))
-                    : (vs[i].first ? regs_of(direct_kernel<NoResidual, true>(vs[i].vpt))
-                                   : regs_of(direct_kernel<NoResidual, false>(vs[i].vpt)));
+          const int regs = fused ? regs_of(direct_kernel<bf16>(vs[i].vpt))
+                                 : regs_of(direct_kernel<NoResidual>(vs[i].vpt));
           printf(
               "%s N=%5ld M=%6ld threads=%3d vpt=%d %s regs=%3d %8.2f us %6.0f GB/s %5.1f%% copy  "
               "vs-prod: %zu differ, max %d ulp\n",
               fused ? "add_rms" : "rms    ", (long)N, (long)M, vs[i].threads, vs[i].vpt,
-              i == 0 ? "(prod) " : (vs[i].first ? "(w 1st)" : "       "), regs, us,
-              bytes / us / 1e3, 100 * bytes / us / 1e3 / copy, ndiff, maxd);
+              i == 0 ? "(prod)" : "      ", regs, us, bytes / us / 1e3,
+              100 * bytes / us / 1e3 / copy, ndiff, maxd);
         }
       }
   printf("done\n");

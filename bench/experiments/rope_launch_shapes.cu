@@ -32,6 +32,7 @@ struct Bufs {
   bf16 *q, *k, *qo, *ko;
   float* cache;
   bf16 *wq, *wk;
+  int64_t* pos;  // pos[t] = t, for variants that load positions
 };
 RopeKernelArgs make_args(const Bufs& b, int64_t T) {
   RopeKernelArgs a{};
@@ -198,18 +199,23 @@ void pattern_variant(const Bufs& b, int64_t T, double bytes, double copy) {
 // heads, lane x one pair vector, slice z a token, then every gridDim.x * bz-th token after it.
 // The next token's head loads and cos/sin loads are issued before the current token is rotated
 // and stored, so loads stay in flight through the arithmetic. Same helpers (loads, Kahan
-// rotation, stores) as the production kernel: the same bits. The kG* switches turn its
-// specialisations into the general forms a library kernel needs, one at a time (its general
-// form with all of them, at 1dbff34: 446 us at T = 65536 against 342 us specialised):
+// rotation, stores) as the production kernel: the same bits. The switches turn its
+// specialisations into general forms, one at a time (everything general, at 1dbff34: 446 us at
+// T = 65536 against 342 us specialised; at 16f10cf the run-time source and the 256-thread bound
+// cost nothing, (b, s) tokens 57 us, lane predicate + pass-through 88 us):
 //  - kGSource: the cos/sin source chosen at run time (rope_cos_sin: computed or loaded), not
 //    the table only;
 //  - kGTokens: token t split into (b, s) and its position looked up (rope_token_coords,
 //    rope_position), not b = 0 and p = t;
-//  - kGRest: the lane predicate (threads without a pair vector) and the pass-through copy;
+//  - kPos: flat tokens with the position loaded from an int64 array (pos[t] = t here, so the
+//    bits stay those of p = t): 1 when the token is loaded, 2 one round ahead;
+//  - kLane: the lane predicate (threads without a pair vector);
+//  - kTail: the pass-through copy;
 //  - kBound256: the library's launch bound (256 threads, MB blocks), not this block's size.
 template <int KH>
 constexpr int kPipelinedThreads = 8 * ((HQ + HK + KH - 1) / KH);
-template <int KH, int MB, bool kGSource, bool kGTokens, bool kGRest, bool kBound256>
+template <int KH, int MB, bool kGSource, bool kGTokens, int kPos, bool kLane, bool kTail,
+          bool kBound256>
 __global__ void __launch_bounds__(kBound256 ? 256 : kPipelinedThreads<KH>, MB)
     pipelined_kernel(const RopeKernelArgs a) {
   constexpr int V = 8;
@@ -217,12 +223,13 @@ __global__ void __launch_bounds__(kBound256 ? 256 : kPipelinedThreads<KH>, MB)
   const int h0 = threadIdx.y * KH;
   const int i0 = threadIdx.x * V;
   const int oa = i0, ob = a.half + i0;
-  const bool lane = !kGRest || static_cast<int>(threadIdx.x) < a.half / V;
-  const bool any_tail = kGRest && a.head_dim > 2 * a.half && (a.copy_q_tail || a.copy_k_tail);
+  const bool lane = !kLane || static_cast<int>(threadIdx.x) < a.half / V;
+  const bool any_tail = kTail && a.head_dim > 2 * a.half && (a.copy_q_tail || a.copy_k_tail);
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.z;
   int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.z + threadIdx.z;
   griddep_wait();
   if (t >= a.tokens) return;
+  const int64_t* pos = static_cast<const int64_t*>(a.pos);
   RopeHeadRegs<bf16, V> cur[KH], nxt[KH];
   float cc[V], cs[V], nc[V], ns[V];
   auto coords = [&](int64_t tt, int64_t& bb, int64_t& ss) {
@@ -233,11 +240,17 @@ __global__ void __launch_bounds__(kBound256 ? 256 : kPipelinedThreads<KH>, MB)
       ss = tt;
     }
   };
-  auto load = [&](const RopeTokenPtrs<bf16>& tp, int64_t bb, int64_t ss,
+  // kPos 2: the position of the token after next, loaded one round ahead.
+  int64_t p_next = 0;
+  if constexpr (kPos == 2) p_next = t + step < a.tokens ? pos[t + step] : 0;
+  auto position = [&](int64_t bb, int64_t ss) -> int64_t {
+    if constexpr (kGTokens) return a.source == RopeSource::kGathered ? 0 : rope_position(a, bb, ss);
+    if constexpr (kPos == 1) return pos[ss];
+    return ss;
+  };
+  auto load = [&](const RopeTokenPtrs<bf16>& tp, int64_t bb, int64_t ss, int64_t p,
                   RopeHeadRegs<bf16, V>(&r)[KH], float(&c)[V], float(&sn)[V]) {
     rope_load_heads<bf16, V, KH>(a, tp, h0, heads, oa, ob, r);
-    const int64_t p =
-        kGTokens ? (a.source == RopeSource::kGathered ? 0 : rope_position(a, bb, ss)) : ss;
     if constexpr (kGSource) {
       rope_cos_sin<V>(a, p, bb, ss, i0, c, sn);
     } else {
@@ -247,7 +260,7 @@ __global__ void __launch_bounds__(kBound256 ? 256 : kPipelinedThreads<KH>, MB)
   int64_t b, s;
   coords(t, b, s);
   RopeTokenPtrs<bf16> tp = rope_token_ptrs<bf16>(a, b, s);
-  if (lane) load(tp, b, s, cur, cc, cs);
+  if (lane) load(tp, b, s, kPos == 2 ? pos[t] : position(b, s), cur, cc, cs);
   while (true) {
     const int64_t tn = t + step;
     const bool more = tn < a.tokens;
@@ -256,7 +269,14 @@ __global__ void __launch_bounds__(kBound256 ? 256 : kPipelinedThreads<KH>, MB)
     if (more) {
       coords(tn, bn, sn);
       tpn = rope_token_ptrs<bf16>(a, bn, sn);
-      if (lane) load(tpn, bn, sn, nxt, nc, ns);
+      int64_t pn = 0;
+      if constexpr (kPos == 2) {
+        pn = p_next;
+        p_next = tn + step < a.tokens ? pos[tn + step] : 0;
+      } else {
+        pn = position(bn, sn);
+      }
+      if (lane) load(tpn, bn, sn, pn, nxt, nc, ns);
     }
     if (lane) {
 #pragma unroll
@@ -279,25 +299,154 @@ __global__ void __launch_bounds__(kBound256 ? 256 : kPipelinedThreads<KH>, MB)
     }
   }
 }
-template <int KH, int MB, bool kGSource = false, bool kGTokens = false, bool kGRest = false,
-          bool kBound256 = false>
+template <int KH, int MB, bool kGSource = false, bool kGTokens = false, int kPos = 0,
+          bool kLane = false, bool kTail = false, bool kBound256 = false>
 void pipelined_variant(const Bufs& b, int64_t T, std::vector<uint16_t>& ref, double bytes,
                        double copy) {
   const int bx = 8;
   const int by = (HQ + HK + KH - 1) / KH;
   const int bz = 1;
-  auto k = pipelined_kernel<KH, MB, kGSource, kGTokens, kGRest, kBound256>;
+  auto k = pipelined_kernel<KH, MB, kGSource, kGTokens, kPos, kLane, kTail, kBound256>;
   int per_sm = 0, sms = 0;
   CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k, bx * by * bz, 0));
   CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   const int64_t grid = std::min<int64_t>(T, static_cast<int64_t>(per_sm) * sms);
-  const Measured m = measure(k, dim3(grid), dim3(bx, by, bz), make_args(b, T), b, T, ref);
+  RopeKernelArgs args = make_args(b, T);
+  if (kPos != 0) {
+    args.pos = b.pos;
+    args.pos_i64 = true;
+    args.pos_sb = 0;
+    args.pos_ss = 1;
+  }
+  const Measured m = measure(k, dim3(grid), dim3(bx, by, bz), args, b, T, ref);
   printf(
-      "pipelined KH=%d MB=%d source=%d tokens=%d rest=%d bound256=%d T=%6ld regs=%3d "
-      "block=%dx%dx%d grid=%ld (%d/SM)  %8.2f us  %6.0f GB/s  %5.1f%% copy  %s\n",
-      KH, MB, (int)kGSource, (int)kGTokens, (int)kGRest, (int)kBound256, (long)T, m.regs, bx, by,
-      bz, (long)grid, per_sm, m.us, bytes / m.us / 1e3, 100 * bytes / m.us / 1e3 / copy,
-      m.diff == 0 ? "same" : "DIFF");
+      "pipelined KH=%d MB=%d source=%d tokens=%d pos=%d lane=%d tail=%d bound256=%d T=%6ld "
+      "regs=%3d block=%dx%dx%d grid=%ld (%d/SM)  %8.2f us  %6.0f GB/s  %5.1f%% copy  %s\n",
+      KH, MB, (int)kGSource, (int)kGTokens, kPos, (int)kLane, (int)kTail, (int)kBound256, (long)T,
+      m.regs, bx, by, bz, (long)grid, per_sm, m.us, bytes / m.us / 1e3,
+      100 * bytes / m.us / 1e3 / copy, m.diff == 0 ? "same" : "DIFF");
+}
+// Software-pipelined QK-norm + RoPE (experiment): the specialised pipelined RoPE kernel above
+// (flat tokens, p = t, table source, every lane a pair vector, no pass-through) with the
+// per-head RMSNorm of qk_pair_head before the rotation. kWRegs: this thread's weight factors
+// (w + o) of q and k, for its two pair vectors, loaded once into registers; otherwise loaded per
+// head after the reduction, as qk_pair_head does.
+template <int MB, bool kWRegs>
+__global__ void __launch_bounds__(kPipelinedThreads<2>, MB)
+    qk_pipelined_kernel(const QkNormRopeArgs args) {
+  constexpr int V = 8, KH = 2;
+  const RopeKernelArgs& a = args.rope;
+  const int heads = a.hq + a.hk;
+  const int h0 = threadIdx.y * KH;
+  const int i0 = threadIdx.x * V;
+  const int oa = i0, ob = a.half + i0;
+  const int g = blockDim.x;
+  const int tid = threadIdx.x + blockDim.x * threadIdx.y;
+  const int lane_id = tid & 31;
+  const unsigned mask = ((1u << g) - 1u) << (lane_id & ~(g - 1));
+  const int64_t step = gridDim.x;
+  int64_t t = blockIdx.x;
+  float wq0[kWRegs ? V : 1], wq1[kWRegs ? V : 1], wk0[kWRegs ? V : 1], wk1[kWRegs ? V : 1];
+  if constexpr (kWRegs) {
+    load_pack_dyn<V>(args.wq, args.wq_dtype, oa, wq0);
+    load_pack_dyn<V>(args.wq, args.wq_dtype, ob, wq1);
+    load_pack_dyn<V>(args.wk, args.wk_dtype, oa, wk0);
+    load_pack_dyn<V>(args.wk, args.wk_dtype, ob, wk1);
+#pragma unroll
+    for (int i = 0; i < V; ++i) {
+      wq0[i] += args.weight_offset;
+      wq1[i] += args.weight_offset;
+      wk0[i] += args.weight_offset;
+      wk1[i] += args.weight_offset;
+    }
+  }
+  griddep_wait();
+  if (t >= a.tokens) return;
+  RopeHeadRegs<bf16, V> cur[KH], nxt[KH];
+  float cc[V], cs[V], nc[V], ns[V];
+  auto load = [&](const RopeTokenPtrs<bf16>& tp, int64_t tt, RopeHeadRegs<bf16, V>(&r)[KH],
+                  float(&c)[V], float(&sn)[V]) {
+    rope_load_heads<bf16, V, KH>(a, tp, h0, heads, oa, ob, r);
+    rope_cos_sin_loaded<V>(a, tt, 0, tt, i0, c, sn);
+  };
+  RopeTokenPtrs<bf16> tp = rope_token_ptrs<bf16>(a, 0, t);
+  load(tp, t, cur, cc, cs);
+  while (true) {
+    const int64_t tn = t + step;
+    const bool more = tn < a.tokens;
+    RopeTokenPtrs<bf16> tpn = tp;
+    if (more) {
+      tpn = rope_token_ptrs<bf16>(a, 0, tn);
+      load(tpn, tn, nxt, nc, ns);
+    }
+#pragma unroll
+    for (int u = 0; u < KH; ++u) {
+      const int hh = h0 + u;
+      if (hh >= heads) continue;
+      float x0[V], x1[V];
+      widen<bf16, V>(cur[u].x0, x0);
+      widen<bf16, V>(cur[u].x1, x1);
+      float sq = 0.0f;
+#pragma unroll
+      for (int i = 0; i < V; ++i) sq = __fmaf_rn(x0[i], x0[i], sq);
+#pragma unroll
+      for (int i = 0; i < V; ++i) sq = __fmaf_rn(x1[i], x1[i], sq);
+      sq = qk_group_sum(sq, mask, g);
+      const float r = rms_rstd(sq, a.head_dim, args.eps);
+      const bool is_q = hh < a.hq;
+      float w0[V], w1[V];
+      if constexpr (kWRegs) {
+#pragma unroll
+        for (int i = 0; i < V; ++i) {
+          w0[i] = is_q ? wq0[i] : wk0[i];
+          w1[i] = is_q ? wq1[i] : wk1[i];
+        }
+      } else {
+        load_pack_dyn<V>(is_q ? args.wq : args.wk, is_q ? args.wq_dtype : args.wk_dtype, oa, w0);
+        load_pack_dyn<V>(is_q ? args.wq : args.wk, is_q ? args.wq_dtype : args.wk_dtype, ob, w1);
+#pragma unroll
+        for (int i = 0; i < V; ++i) {
+          w0[i] += args.weight_offset;
+          w1[i] += args.weight_offset;
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < V; ++i) {
+        x0[i] = rms_apply_exact(x0[i], r, w0[i]);
+        x1[i] = rms_apply_exact(x1[i], r, w1[i]);
+      }
+      rope_rotate_regs<V, false>(x0, x1, cc, cs);
+      bf16* y = rope_out_head<bf16>(a, tp, hh);
+      store_pack<bf16, V>(y + oa, x0);
+      store_pack<bf16, V>(y + ob, x1);
+    }
+    if (!more) break;
+    t = tn;
+    tp = tpn;
+#pragma unroll
+    for (int u = 0; u < KH; ++u) cur[u] = nxt[u];
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      cc[k] = nc[k];
+      cs[k] = ns[k];
+    }
+  }
+}
+template <int MB, bool kWRegs>
+void qk_pipelined_variant(const Bufs& b, int64_t T, std::vector<uint16_t>& ref, double bytes,
+                          double copy) {
+  const int bx = 8, by = (HQ + HK) / 2;
+  auto k = qk_pipelined_kernel<MB, kWRegs>;
+  int per_sm = 0, sms = 0;
+  CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k, bx * by, 0));
+  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  const int64_t grid = std::min<int64_t>(T, static_cast<int64_t>(per_sm) * sms);
+  const Measured m = measure(k, dim3(grid), dim3(bx, by), make_qk_args(b, T), b, T, ref);
+  printf(
+      "qkpipe MB=%d wregs=%d T=%6ld regs=%3d block=%dx%d grid=%ld (%d/SM)  %8.2f us  %6.0f GB/s  "
+      "%5.1f%% copy  %s\n",
+      MB, (int)kWRegs, (long)T, m.regs, bx, by, (long)grid, per_sm, m.us, bytes / m.us / 1e3,
+      100 * bytes / m.us / 1e3 / copy, m.diff == 0 ? "same" : "DIFF");
 }
 int main() {
   const int64_t TM = 65536;
@@ -309,7 +458,11 @@ int main() {
   CK(cudaMalloc(&b.cache, TM * D * 4));
   CK(cudaMalloc(&b.wq, D * 2));
   CK(cudaMalloc(&b.wk, D * 2));
+  CK(cudaMalloc(&b.pos, TM * sizeof(int64_t)));
   {
+    std::vector<int64_t> pv(TM);
+    for (int64_t t = 0; t < TM; ++t) pv[t] = t;
+    CK(cudaMemcpy(b.pos, pv.data(), TM * sizeof(int64_t), cudaMemcpyHostToDevice));
     std::vector<uint16_t> h(TM * HQ * D);
     for (size_t i = 0; i < h.size(); ++i) h[i] = 0x3f80 + (i * 2654435761u >> 20) % 256 - 128;
     CK(cudaMemcpy(b.q, h.data(), TM * HQ * D * 2, cudaMemcpyHostToDevice));
@@ -339,15 +492,22 @@ int main() {
     rope_variant<2, 3, false>(b, T, ref, bytes, copy);
     if (T >= 1024) {
       pipelined_variant<2, 2>(b, T, ref, bytes, copy);
-      pipelined_variant<2, 2, true>(b, T, ref, bytes, copy);
       pipelined_variant<2, 2, false, true>(b, T, ref, bytes, copy);
-      pipelined_variant<2, 2, false, false, true>(b, T, ref, bytes, copy);
-      pipelined_variant<2, 2, false, false, false, true>(b, T, ref, bytes, copy);
-      pipelined_variant<2, 2, true, true, true, true>(b, T, ref, bytes, copy);
+      pipelined_variant<2, 2, false, false, 1>(b, T, ref, bytes, copy);
+      pipelined_variant<2, 2, false, false, 2>(b, T, ref, bytes, copy);
+      pipelined_variant<2, 2, false, false, 0, true>(b, T, ref, bytes, copy);
+      pipelined_variant<2, 2, false, false, 0, false, true>(b, T, ref, bytes, copy);
+      pipelined_variant<2, 2, true, false, 2, false, false, true>(b, T, ref, bytes, copy);
+      pipelined_variant<2, 2, true, false, 2, true, true, true>(b, T, ref, bytes, copy);
     }
     qk_variant<1, 4>(b, T, qref, bytes, copy);
     qk_pair_variant<3>(b, T, qref, bytes, copy);
     qk_pair_variant<4>(b, T, qref, bytes, copy);
+    if (T >= 1024) {
+      qk_pipelined_variant<2, false>(b, T, qref, bytes, copy);
+      qk_pipelined_variant<2, true>(b, T, qref, bytes, copy);
+      qk_pipelined_variant<3, true>(b, T, qref, bytes, copy);
+    }
   }
   printf("done\n");
 }

@@ -202,10 +202,9 @@ __device__ __forceinline__ void row_weights(const RmsNormKernelArgs& a, const fl
 /// One row's share of a thread: takes its vectors through xsrc(k) / rsrc(k) (pointers to the V
 /// elements of x / residual of the thread's k-th vector: a ring slot or global memory), all of
 /// them loaded before any is used or s is stored; reduces the row and writes y (and s).
-/// kWeightsFirst: every vector's weight factors are loaded before the first y store (otherwise
-/// each vector's after the previous vector's store); the library's kernels use false.
-template <typename Tx, typename Tr, int V, int VPT, bool kWarp, bool kWeightsFirst = false,
-          typename XSrc, typename RSrc>
+/// Each vector's weight factors are loaded just before its output (loading all of them before the
+/// first store measured no faster at M = 1 and cost 47 registers at 128 x 4; H200, 16f10cf).
+template <typename Tx, typename Tr, int V, int VPT, bool kWarp, typename XSrc, typename RSrc>
 __device__ __forceinline__ void process_row(const RmsNormKernelArgs& a, int64_t row, int tid,
                                             int nthreads, XSrc xsrc, RSrc rsrc, const float* w_smem,
                                             float* scratch, Tx ex, NormInputT<Tx, Tr> er) {
@@ -262,25 +261,14 @@ __device__ __forceinline__ void process_row(const RmsNormKernelArgs& a, int64_t 
   if (a.rstd != nullptr && tid == 0) a.rstd[row] = rstd;
   const int64_t y_off = a.y_rows.offset(row);
   const bool hf = a.rounding == Rounding::kHfLlama;
-  // kWeightsFirst: every vector's weight factors before the first store (a store to y may alias
-  // the weight as far as the compiler knows, so a load after it waits for it); otherwise each
-  // vector's just before its own output.
-  float w[kWeightsFirst ? VPT : 1][V];
-  if constexpr (kWeightsFirst) {
-#pragma unroll
-    for (int k = 0; k < VPT; ++k) {
-      const int j = tid + k * nthreads;
-      if (j < nbody) row_weights<V>(a, w_smem, p, p + static_cast<int64_t>(j) * V, w[k]);
-    }
-  }
 #pragma unroll
   for (int k = 0; k < VPT; ++k) {
     const int j = tid + k * nthreads;
     if (j < nbody) {
       const int64_t col = p + static_cast<int64_t>(j) * V;
-      float(&wk)[V] = w[kWeightsFirst ? k : 0];
-      if constexpr (!kWeightsFirst) row_weights<V>(a, w_smem, p, col, wk);
-      row_output<Tnorm, V>(a, hf, rstd, wk, v[k]);
+      float w[V];
+      row_weights<V>(a, w_smem, p, col, w);
+      row_output<Tnorm, V>(a, hf, rstd, w, v[k]);
       store_pack_dyn<V>(a.y, a.y_dtype, y_off + col, v[k]);
     }
   }
@@ -356,7 +344,7 @@ __global__ void __launch_bounds__(core::kRowsMaxThreads)
 /// loaded straight from global memory into registers (all of them before the reduction); the
 /// weight is read from global memory (L1/L2-resident), as 16-byte vectors when the row's phase
 /// and the weight's alignment allow.
-template <typename Tx, typename Tr, int V, int VPT, bool kWeightsFirst = false>
+template <typename Tx, typename Tr, int V, int VPT>
 __global__ void __launch_bounds__(core::kRowsMaxThreads)
     rms_norm_direct_kernel(const RmsNormKernelArgs a) {
   using Tnorm = NormInputT<Tx, Tr>;
@@ -380,7 +368,7 @@ __global__ void __launch_bounds__(core::kRowsMaxThreads)
       ex = x[e_col];
       if constexpr (kFused) er = r[e_col];
     }
-    process_row<Tx, Tr, V, VPT, false, kWeightsFirst>(
+    process_row<Tx, Tr, V, VPT, false>(
         a, row, tid, nthreads,
         [&](int k) { return x + p + static_cast<int64_t>(tid + k * nthreads) * V; },
         [&](int k) { return r + p + static_cast<int64_t>(tid + k * nthreads) * V; }, nullptr,
