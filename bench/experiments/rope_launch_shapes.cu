@@ -5,13 +5,14 @@
 // k [T, 8, 128] bf16 with an fp32 cos/sin cache, cold L2 (CUDA-graph replay for T = 1); checks
 // that every variant writes the same bits; and a software-pipelined RoPE variant (a persistent
 // grid whose threads load the next token before they rotate the current one), from its
-// specialised form one generalisation at a time. Not part of the
-// build:
+// specialised form one generalisation at a time, and the same pipeline with the pair kernel's
+// per-head norm (qk_pipelined_kernel). Not part of the build:
 //   nvcc -std=c++20 -O3 -gencode=arch=compute_90,code=sm_90 -Iinclude -Isrc \
 //        bench/experiments/rope_launch_shapes.cu src/core/rope_plan.cpp -o rope_launch_shapes
 // Its output at f2b72c8: bench/results/rope-launch-shapes-nvidia-h200.log; at 1dbff34 (with the
 // library's pipelined kernel of that commit):
-// bench/results/rope-launch-shapes-1dbff34-nvidia-h200.log.
+// bench/results/rope-launch-shapes-1dbff34-nvidia-h200.log; with these switches:
+// bench/results/rope-launch-shapes-16f10cf-nvidia-h200.log.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -201,8 +202,12 @@ void pattern_variant(const Bufs& b, int64_t T, double bytes, double copy) {
 // and stored, so loads stay in flight through the arithmetic. Same helpers (loads, Kahan
 // rotation, stores) as the production kernel: the same bits. The switches turn its
 // specialisations into general forms, one at a time (everything general, at 1dbff34: 446 us at
-// T = 65536 against 342 us specialised; at 16f10cf the run-time source and the 256-thread bound
-// cost nothing, (b, s) tokens 57 us, lane predicate + pass-through 88 us):
+// T = 65536 against 342 us specialised; at 16f10cf the run-time source, the 256-thread bound and
+// a position loaded one round ahead cost nothing, a position loaded with its token 49 us, (b, s)
+// tokens 57 us, the lane predicate alone 80 us, the pass-through copy alone 82 us). Where a
+// variant is slow its SASS loads the next token into the registers the current token's loads
+// used: the compiler moved the current token's arithmetic (which waits for its loads) above the
+// next token's loads to stay within the 128-register budget, so the loads no longer overlap.
 //  - kGSource: the cos/sin source chosen at run time (rope_cos_sin: computed or loaded), not
 //    the table only;
 //  - kGTokens: token t split into (b, s) and its position looked up (rope_token_coords,

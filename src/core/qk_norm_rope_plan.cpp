@@ -19,7 +19,6 @@ QkNormRopePlan plan_qk_norm_rope(const QkNormRopeFacts& f) {
       power_of_two_upto_32(half / kQkVecChannels) && f.weights_aligned16) {
     p.kernel = QkKernel::kPair;
     p.rope = plan_rope(f.tokens, f.heads, half, kQkVecChannels);
-    p.rope.pipelined = rope_pipelines(p.rope, half, f.elem_size, f.one_sequence, false);
     return p;
   }
   const int64_t vec_lanes = f.head_dim / kQkVecChannels;

@@ -27,10 +27,9 @@ struct QkNormRopeFacts {
   int access_width = 1;            ///< widest vector every q/k/out/cos-sin operand allows (rope)
   bool weights_aligned16 = false;  ///< wq and wk both 16-byte aligned
   int64_t tokens = 0;
-  int64_t heads = 0;          ///< Hq + Hk
-  int64_t head_dim = 0;       ///< D
-  int64_t rotary_dim = 0;     ///< R
-  bool one_sequence = false;  ///< token t is (b, s) = (0, t): [T, H, D], or [B, S, H, D] with B 1
+  int64_t heads = 0;       ///< Hq + Hk
+  int64_t head_dim = 0;    ///< D
+  int64_t rotary_dim = 0;  ///< R
 };
 
 enum class QkKernel {
@@ -52,8 +51,7 @@ struct QkNormRopePlan {
 
 /// The first kernel that applies, in the order pair, vector, scalar:
 ///  - pair: 16-bit q/k, access width 8, R = D, h / 8 a power of two <= 32, both weights 16-byte
-///    aligned; shape from plan_rope(T, heads, h, 8), pipelined when rope_pipelines says so
-///    (a long run of one sequence);
+///    aligned; shape from plan_rope(T, heads, h, 8);
 ///  - vector: 16-bit q/k, access width 8, D / 8 a power of two <= 32; groups of
 ///    kQkVecHeadsPerGroup heads, enough for all of a token's heads (at most a block), as many
 ///    tokens per block as fit in kQkVecThreads;

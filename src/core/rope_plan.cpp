@@ -61,10 +61,4 @@ RopePlan plan_rope(int64_t tokens, int64_t heads, int64_t half, int vec) {
   return p;
 }
 
-bool rope_pipelines(const RopePlan& p, int64_t half, int elem_size, bool one_sequence,
-                    bool copies_tail) {
-  return p.long_run && elem_size > 0 && p.vec == 16 / elem_size &&
-         static_cast<int64_t>(p.bx) * p.vec == half && one_sequence && !copies_tail;
-}
-
 }  // namespace ropenorm::core

@@ -45,10 +45,6 @@ struct RopePlan {
   /// single-round kernel at the register budget of kRopeLongRunMinBlocks blocks per
   /// multiprocessor (more warps in flight). The QK-norm + RoPE kernels do not use it.
   bool long_run = false;
-  /// A long run the software-pipelined kernels serve (rope_pipelines): the RoPE launcher and
-  /// the QK-norm + RoPE planner (pair kernel) run them on a persistent grid (grid capped at the
-  /// blocks resident at once). Set by those callers, not by plan_rope.
-  bool pipelined = false;
 };
 
 /// Threads per block the planner aims for.
@@ -62,9 +58,6 @@ constexpr int kRopeMinBlocks = 3;
 constexpr int64_t kRopeLongRunTokens = 4096;
 /// Blocks per multiprocessor the single-round kernel's register budget is set for on long runs.
 constexpr int kRopeLongRunMinBlocks = 4;
-/// Blocks per multiprocessor the pipelined kernel's register budget is set for (two tokens' loads
-/// per thread in flight: 128 registers).
-constexpr int kRopePipelinedMinBlocks = 2;
 /// Largest grid launched (the kernel loops over the remaining token groups).
 constexpr int64_t kRopeMaxGrid = int64_t{1} << 30;
 /// Most head groups (grid y) launched: CUDA's limit on gridDim.y.
@@ -72,14 +65,5 @@ constexpr int64_t kRopeMaxHeadGroups = 65535;
 
 /// Plan for T tokens with `heads` = Hq + Hk heads, rotary half h and vector width vec.
 RopePlan plan_rope(int64_t tokens, int64_t heads, int64_t half, int vec);
-
-/// Whether the software-pipelined kernel serves plan p (rotary half h, q/k elements of
-/// elem_size bytes): a long run (p.long_run) at the widest vector width (16 / elem_size) whose
-/// every thread has a pair vector (bx * vec == h), of one sequence (token t is (0, t)), with no
-/// pass-through channels to copy. Measured on H200 (bf16, D 128, 32 + 8 heads, T = 65536):
-/// 342 us pipelined against 386 us for the single-round kernel; a lane predicate or the
-/// pass-through copy in its loop costs 80 us, hence the conditions.
-bool rope_pipelines(const RopePlan& p, int64_t half, int elem_size, bool one_sequence,
-                    bool copies_tail);
 
 }  // namespace ropenorm::core

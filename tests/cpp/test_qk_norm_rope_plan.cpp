@@ -30,13 +30,6 @@ TEST(CpuQkNormRopePlan, PairKernelForFullRotaryAligned16Bit) {
   EXPECT_EQ(p.rope.by, 20);
   EXPECT_TRUE(p.rope.single);
   EXPECT_EQ(p.rope.grid * p.rope.bz, 65536);
-  // A long run: pipelined when it is one sequence, not for [B, S].
-  EXPECT_FALSE(p.rope.pipelined);
-  QkNormRopeFacts one = facts(65536, 40, 128, 128);
-  one.one_sequence = true;
-  EXPECT_TRUE(plan_qk_norm_rope(one).rope.pipelined);
-  one.tokens = kRopeLongRunTokens - 1;
-  EXPECT_FALSE(plan_qk_norm_rope(one).rope.pipelined);
   // D 64 and 256, decode.
   EXPECT_EQ(plan_qk_norm_rope(facts(1, 40, 64, 64)).kernel, QkKernel::kPair);
   p = plan_qk_norm_rope(facts(1, 40, 256, 256));

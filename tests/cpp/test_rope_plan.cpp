@@ -131,30 +131,6 @@ TEST(CpuRopePlan, SingleRoundWhenEveryThreadHasOneTokenOnePairVectorOneRoundOfHe
   EXPECT_FALSE(plan_rope(int64_t{1} << 40, 40, 64, 8).single);
 }
 
-TEST(CpuRopePlan, PipelinedOnlyForLongFullWidthOneSequenceRunsWithoutPassThrough) {
-  // bf16 D 128 (h 64, V 8: 8 lanes, every one a pair vector), 32 + 8 heads, 65536 tokens.
-  const RopePlan p = plan_rope(65536, 40, 64, 8);
-  EXPECT_TRUE(rope_pipelines(p, 64, 2, true, false));
-  // f32 at its widest width (4) too; not at a narrower one.
-  EXPECT_TRUE(rope_pipelines(plan_rope(65536, 40, 64, 4), 64, 4, true, false));
-  EXPECT_FALSE(rope_pipelines(plan_rope(65536, 40, 64, 4), 64, 2, true, false));
-  EXPECT_FALSE(rope_pipelines(plan_rope(65536, 40, 64, 2), 64, 2, true, false));
-  // Short runs take the single-round kernel.
-  EXPECT_FALSE(rope_pipelines(plan_rope(kRopeLongRunTokens - 1, 40, 64, 8), 64, 2, true, false));
-  EXPECT_TRUE(rope_pipelines(plan_rope(kRopeLongRunTokens, 40, 64, 8), 64, 2, true, false));
-  // Several sequences ([B, S]) and pass-through channels to copy do not.
-  EXPECT_FALSE(rope_pipelines(p, 64, 2, false, false));
-  EXPECT_FALSE(rope_pipelines(p, 64, 2, true, true));
-  // h = 36 (D 72) in 16-bit: 4-wide vectors only, not the widest width.
-  EXPECT_FALSE(rope_pipelines(plan_rope(65536, 40, 36, 4), 36, 2, true, false));
-  // Head groups (72 heads in two) are fine: every head still has its thread row.
-  const RopePlan many = plan_rope(65536, 72, 64, 8);
-  EXPECT_EQ(many.head_groups, 2);
-  EXPECT_TRUE(rope_pipelines(many, 64, 2, true, false));
-  // Looping plans (more pair vectors than a block row, scalar D 512) never.
-  EXPECT_FALSE(rope_pipelines(plan_rope(100000, 2, 256, 1), 256, 4, true, false));
-}
-
 TEST(CpuRopePlan, ThreadsWithinLimits) {
   for (int64_t tokens : {1, 2, 7, 100, 100000}) {
     for (int64_t heads : {1, 2, 9, 40, 128, 1000}) {

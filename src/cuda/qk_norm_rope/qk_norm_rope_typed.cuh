@@ -3,7 +3,7 @@
 // Included by exactly one .cu per q/k dtype. The weight dtype, the cos/sin source and dtype, the
 // style and the direction are run-time switches inside the kernels (uniform branches), so each
 // dtype has four scalar kernels (slots per lane 1, 2, 4, 8) and, for 16-bit types, one vector
-// kernel and the pair kernel (single-round or looping, and pipelined on long runs) per style.
+// kernel.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -12,7 +12,6 @@
 
 #include "cuda/common/pdl.cuh"
 #include "cuda/qk_norm_rope/qk_norm_rope_kernels.cuh"
-#include "cuda/qk_norm_rope/qk_norm_rope_pipelined_kernel.cuh"
 #include "cuda/qk_norm_rope/qk_norm_rope_typed.h"
 #include "ropenorm/status.h"
 
@@ -30,21 +29,13 @@ Status launch_qk_norm_rope_typed(const QkNormRopeArgs& a, const core::QkNormRope
       constexpr int KH = core::kRopeHeadsPerThread;
       constexpr int MB = kQkPairMinBlocks;
       const bool single = plan.rope.single;
-      if (plan.rope.pipelined) {
-        constexpr int PMB = core::kRopePipelinedMinBlocks;
-        const auto pk = a.rope.gptj ? qk_norm_rope_pipelined_kernel<T, V, KH, PMB, true>
-                                    : qk_norm_rope_pipelined_kernel<T, V, KH, PMB, false>;
-        err = launch_with_pdl(pk, rope_persistent_grid(pk, plan.rope), rope_launch_block(plan.rope),
-                              0, stream, a);
-      } else {
-        const auto kernel = a.rope.gptj
-                                ? (single ? qk_norm_rope_pair_kernel<T, V, KH, MB, true, true>
-                                          : qk_norm_rope_pair_kernel<T, V, KH, MB, true, false>)
-                                : (single ? qk_norm_rope_pair_kernel<T, V, KH, MB, false, true>
-                                          : qk_norm_rope_pair_kernel<T, V, KH, MB, false, false>);
-        err = launch_with_pdl(kernel, rope_launch_grid(plan.rope), rope_launch_block(plan.rope), 0,
-                              stream, a);
-      }
+      const auto kernel = a.rope.gptj
+                              ? (single ? qk_norm_rope_pair_kernel<T, V, KH, MB, true, true>
+                                        : qk_norm_rope_pair_kernel<T, V, KH, MB, true, false>)
+                              : (single ? qk_norm_rope_pair_kernel<T, V, KH, MB, false, true>
+                                        : qk_norm_rope_pair_kernel<T, V, KH, MB, false, false>);
+      err = launch_with_pdl(kernel, rope_launch_grid(plan.rope), rope_launch_block(plan.rope), 0,
+                            stream, a);
     } else {
       return Status(StatusCode::kUnsupported, "qk_norm_rope: no pair kernel for 32-bit q/k");
     }

@@ -50,9 +50,7 @@ Status rope(const TensorRef& q, const TensorRef& k, const TensorRef& q_out, cons
 
   const int vec = cuda::rope_access_width(c, g, a);
   const int64_t h = g.rotary_dim / 2;
-  core::RopePlan plan = core::plan_rope(g.tokens, g.hq + g.hk, h, vec);
-  plan.pipelined = core::rope_pipelines(plan, h, static_cast<int>(dtype_size(q.dtype)),
-                                        a.seq == a.tokens, a.copy_q_tail || a.copy_k_tail);
+  const core::RopePlan plan = core::plan_rope(g.tokens, g.hq + g.hk, h, vec);
 
   return core::dispatch_float_dtype<cuda::f16, cuda::bf16>(
       q.dtype, kOp, "q", [&](auto tag) -> Status {

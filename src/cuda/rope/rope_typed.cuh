@@ -3,8 +3,7 @@
 // instantiates it; the launcher calls it through dispatch. The cos/sin dtype, the source kind and
 // the direction are run-time switches inside the kernel (uniform branches); the style is a
 // template argument, so each dtype has, per vector width (16 / sizeof(T), ..., 2, 1) and style,
-// the looping kernel and the single-round kernel at two register budgets (plan.long_run), and
-// at the widest width the pipelined kernel (plan.pipelined) on a persistent grid.
+// the looping kernel and the single-round kernel at two register budgets (plan.long_run).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -14,7 +13,6 @@
 #include "core/rope_plan.h"
 #include "cuda/common/pdl.cuh"
 #include "cuda/rope/rope_kernels.cuh"
-#include "cuda/rope/rope_pipelined_kernel.cuh"
 #include "cuda/rope/rope_typed.h"
 #include "ropenorm/status.h"
 
@@ -34,22 +32,8 @@ auto rope_kernel_for(const core::RopePlan& p) {
                                 : rope_kernel<T, V, KH, MB, kGptj, false>);
 }
 
-/// The pipelined kernel of the plan's style on a persistent grid.
-template <typename T, int V>
-cudaError_t launch_rope_pipelined(const RopeKernelArgs& a, const core::RopePlan& p,
-                                  cudaStream_t s) {
-  constexpr int KH = core::kRopeHeadsPerThread;
-  constexpr int MB = core::kRopePipelinedMinBlocks;
-  const auto kernel = a.gptj ? rope_pipelined_kernel<T, V, KH, MB, true>
-                             : rope_pipelined_kernel<T, V, KH, MB, false>;
-  return launch_with_pdl(kernel, rope_persistent_grid(kernel, p), rope_launch_block(p), 0, s, a);
-}
-
 template <typename T, int V>
 cudaError_t launch_rope_vec(const RopeKernelArgs& a, const core::RopePlan& p, cudaStream_t s) {
-  if constexpr (V == 16 / static_cast<int>(sizeof(T))) {
-    if (p.pipelined) return launch_rope_pipelined<T, V>(a, p, s);
-  }
   const auto kernel = a.gptj ? rope_kernel_for<T, V, true>(p) : rope_kernel_for<T, V, false>(p);
   return launch_with_pdl(kernel, rope_launch_grid(p), rope_launch_block(p), 0, s, a);
 }
