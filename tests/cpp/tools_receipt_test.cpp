@@ -1,8 +1,6 @@
 // Receipts of the main job (receipt.h): what write_and_check_receipt writes is the stable schema
 // (top-level fields, row fields, shape as an object, CSV columns), numbers re-read exactly, and
 // a file that cannot be written is an error naming it. CPU only.
-#include "receipt.h"
-
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -11,6 +9,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
+
+#include "receipt.h"
 
 namespace ropenorm::bench {
 namespace {
