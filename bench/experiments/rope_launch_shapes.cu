@@ -204,10 +204,8 @@ void pattern_variant(const Bufs& b, int64_t T, double bytes, double copy) {
 // specialisations into general forms, one at a time (everything general, at 1dbff34: 446 us at
 // T = 65536 against 342 us specialised; at 16f10cf the run-time source, the 256-thread bound and
 // a position loaded one round ahead cost nothing, a position loaded with its token 49 us, (b, s)
-// tokens 57 us, the lane predicate alone 80 us, the pass-through copy alone 82 us). Where a
-// variant is slow its SASS loads the next token into the registers the current token's loads
-// used: the compiler moved the current token's arithmetic (which waits for its loads) above the
-// next token's loads to stay within the 128-register budget, so the loads no longer overlap.
+// tokens 57 us, the lane predicate alone 80 us, the pass-through copy alone 82 us; why is open:
+// docs/performance.md).
 //  - kGSource: the cos/sin source chosen at run time (rope_cos_sin: computed or loaded), not
 //    the table only;
 //  - kGTokens: token t split into (b, s) and its position looked up (rope_token_coords,
