@@ -215,6 +215,8 @@ void pattern_variant(const Bufs& b, int64_t T, double bytes, double copy) {
 //  - kLane: the lane predicate (threads without a pair vector);
 //  - kTail: the pass-through copy;
 //  - kBound256: the library's launch bound (256 threads, MB blocks), not this block's size.
+// KH = 1 (one head per thread row) halves the head registers a token keeps live: does the
+// general form pipeline then?
 template <int KH>
 constexpr int kPipelinedThreads = 8 * ((HQ + HK + KH - 1) / KH);
 template <int KH, int MB, bool kGSource, bool kGTokens, int kPos, bool kLane, bool kTail,
@@ -502,6 +504,9 @@ int main() {
       pipelined_variant<2, 2, false, false, 0, false, true>(b, T, ref, bytes, copy);
       pipelined_variant<2, 2, true, false, 2, false, false, true>(b, T, ref, bytes, copy);
       pipelined_variant<2, 2, true, false, 2, true, true, true>(b, T, ref, bytes, copy);
+      // One head per thread row (fewer live registers per token, 320-thread blocks).
+      pipelined_variant<1, 2>(b, T, ref, bytes, copy);
+      pipelined_variant<1, 2, true, false, 2, true, true, false>(b, T, ref, bytes, copy);
     }
     qk_variant<1, 4>(b, T, qref, bytes, copy);
     qk_pair_variant<3>(b, T, qref, bytes, copy);
