@@ -1,4 +1,5 @@
-// Timing on the device: copy-bandwidth ceiling, cold-L2 CUDA-event medians, CUDA-graph replay.
+// Timing on the device: copy-bandwidth ceiling, launch floor, cold-L2 CUDA-event medians,
+// CUDA-graph replay.
 //
 // Every launch callback enqueues on the stream it is given and returns its Status; timings are
 // the launch's device time only (events bracket it; the L2 flush sits outside the events).
