@@ -90,7 +90,7 @@ __global__ void __launch_bounds__(512) invariant_kernel(const RmsNormKernelArgs 
       const int64_t col = static_cast<int64_t>(tid + k * nt) * 8;
       float w[8];
       row_weights<8>(a, nullptr, 0, col, w);
-      row_output<bf16, 8>(a, false, rstd, w, v[k]);
+      row_output<bf16, 8>(false, rstd, w, v[k]);
       store_pack_dyn<8>(a.y, a.y_dtype, y_off + col, v[k]);
     }
   }

@@ -70,8 +70,8 @@ __device__ __forceinline__ float weight_factor(const RmsNormKernelArgs& a, const
 /// Output values of V elements v (in place) from rstd and their weight factors w: hf_llama
 /// (hf) or exact, before the final rounding.
 template <typename Tnorm, int V>
-__device__ __forceinline__ void row_output(const RmsNormKernelArgs& a, bool hf, float rstd,
-                                           const float (&w)[V], float (&v)[V]) {
+__device__ __forceinline__ void row_output(bool hf, float rstd, const float (&w)[V],
+                                           float (&v)[V]) {
   if (hf) {
 #pragma unroll
     for (int i = 0; i < V; ++i) v[i] = rms_apply_hf(round_through<Tnorm>(v[i] * rstd), w[i]);
@@ -88,7 +88,7 @@ __device__ __forceinline__ float rms_output(const RmsNormKernelArgs& a, float v,
                                             float w) {
   float out[1] = {v};
   const float w1[1] = {w};
-  row_output<Tnorm, 1>(a, a.rounding == Rounding::kHfLlama, rstd, w1, out);
+  row_output<Tnorm, 1>(a.rounding == Rounding::kHfLlama, rstd, w1, out);
   return out[0];
 }
 
@@ -181,14 +181,11 @@ __device__ __forceinline__ void row_weights(const RmsNormKernelArgs& a, const fl
           w[4 * c + 2] = q.z;
           w[4 * c + 3] = q.w;
         }
-      } else {
-#pragma unroll
-        for (int i = 0; i < V; ++i) w[i] = w_smem[col + i];
+        return;
       }
-    } else {
-#pragma unroll
-      for (int i = 0; i < V; ++i) w[i] = w_smem[col + i];
     }
+#pragma unroll
+    for (int i = 0; i < V; ++i) w[i] = w_smem[col + i];
   } else if (a.weight_vec && p == 0) {
     load_pack_dyn<V>(a.weight, a.w_dtype, col, w);
 #pragma unroll
@@ -268,7 +265,7 @@ __device__ __forceinline__ void process_row(const RmsNormKernelArgs& a, int64_t 
       const int64_t col = p + static_cast<int64_t>(j) * V;
       float w[V];
       row_weights<V>(a, w_smem, p, col, w);
-      row_output<Tnorm, V>(a, hf, rstd, w, v[k]);
+      row_output<Tnorm, V>(hf, rstd, w, v[k]);
       store_pack_dyn<V>(a.y, a.y_dtype, y_off + col, v[k]);
     }
   }
