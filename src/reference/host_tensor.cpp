@@ -81,6 +81,13 @@ uint64_t HostTensor::bits(int64_t i) const {
 
 bool HostTensor::is_nan(int64_t i) const { return std::isnan(get(i)); }
 
+HostTensor slice(const HostTensor& t, int64_t first, int64_t count) {
+  HostTensor out(t.dtype, count);
+  const size_t es = dtype_size(t.dtype);
+  std::memcpy(out.bytes.data(), t.bytes.data() + static_cast<size_t>(first) * es, out.bytes.size());
+  return out;
+}
+
 void fill_normal(HostTensor& t, std::mt19937_64& rng, double scale) {
   const uint64_t base = rng();
   const int64_t n = t.numel();

@@ -30,6 +30,10 @@ struct HostTensor {
   bool is_nan(int64_t i) const;
 };
 
+/// Elements first .. first + count - 1 of t (within it), as a tensor of t's dtype: e.g. one
+/// token's rows of a token-major tensor.
+HostTensor slice(const HostTensor& t, int64_t first, int64_t count);
+
 /// Elements per independently seeded chunk of fill_normal.
 constexpr int64_t kFillChunk = int64_t{1} << 16;
 

@@ -38,26 +38,16 @@ verify::QkNormRopeOutcome expect_pass(const QkNormRopeCase& c) {
 void expect_token_alone_same_bits(const QkNormRopeCase& c, const verify::QkNormRopeInputs& in,
                                   const verify::QkNormRopeOutcome& a, int64_t tok) {
   ASSERT_NE(c.rope.source, CosSinKind::kHfCosSinGathered);
-  const DType dt = c.rope.dtype;
-  const int64_t d = c.rope.head_dim;
+  const int64_t nq = c.rope.hq * c.rope.head_dim, nk = c.rope.hk * c.rope.head_dim;
   QkNormRopeCase c1 = c;
   c1.rope.seq = 1;
   verify::QkNormRopeInputs in1 = in;
-  const size_t es = dtype_size(dt);
-  in1.rope.q = ref::HostTensor(dt, c.rope.hq * d);
-  in1.rope.k = ref::HostTensor(dt, c.rope.hk * d);
-  std::memcpy(in1.rope.q.bytes.data(), in.rope.q.bytes.data() + tok * c.rope.hq * d * es,
-              in1.rope.q.bytes.size());
-  std::memcpy(in1.rope.k.bytes.data(), in.rope.k.bytes.data() + tok * c.rope.hk * d * es,
-              in1.rope.k.bytes.size());
+  in1.rope.q = ref::slice(in.rope.q, tok * nq, nq);
+  in1.rope.k = ref::slice(in.rope.k, tok * nk, nk);
   in1.rope.positions = {in.rope.positions[tok]};
   const auto b = expect_pass(c1, in1);
-  for (int64_t i = 0; i < c.rope.hq * d; ++i) {
-    ASSERT_EQ(b.q_out.bits(i), a.q_out.bits(tok * c.rope.hq * d + i)) << "q element " << i;
-  }
-  for (int64_t i = 0; i < c.rope.hk * d; ++i) {
-    ASSERT_EQ(b.k_out.bits(i), a.k_out.bits(tok * c.rope.hk * d + i)) << "k element " << i;
-  }
+  ASSERT_NO_FATAL_FAILURE(expect_same_bits(b.q_out, a.q_out, tok * nq, nq, "q"));
+  ASSERT_NO_FATAL_FAILURE(expect_same_bits(b.k_out, a.k_out, tok * nk, nk, "k"));
   for (int64_t i = 0; i < c.rope.hq; ++i) ASSERT_EQ(b.q_rstd[i], a.q_rstd[tok * c.rope.hq + i]);
 }
 

@@ -1,7 +1,7 @@
 // Tests of the host test tensors' random fill: deterministic for a seed, prefix-stable (a longer
 // tensor filled from the same generator state starts with the same values, which the batch
 // invariance tests rely on), distinct chunks drawing distinct values, N(0, scale^2) moments,
-// values rounded to the dtype, and the generator advanced so the next fill differs.
+// values rounded to the dtype, and the generator advanced so the next fill differs; slices.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -69,6 +69,14 @@ TEST(CpuHostTensor, GeneratorAdvancesBetweenFills) {
   int64_t same = 0;
   for (int64_t i = 0; i < 1000; ++i) same += a.bits(i) == b.bits(i);
   EXPECT_LT(same, 4);
+}
+
+TEST(CpuHostTensor, SliceCopiesTheNamedElements) {
+  const HostTensor t = filled(DType::kBFloat16, 100, 3);
+  const HostTensor s = slice(t, 40, 25);
+  EXPECT_EQ(s.dtype, DType::kBFloat16);
+  ASSERT_EQ(s.numel(), 25);
+  for (int64_t i = 0; i < 25; ++i) EXPECT_EQ(s.bits(i), t.bits(40 + i)) << i;
 }
 
 }  // namespace
