@@ -106,6 +106,33 @@ const void* invariant_of(int vpt) {
          : vpt == 2 ? reinterpret_cast<const void*>(invariant_kernel<2>)
                     : reinterpret_cast<const void*>(invariant_kernel<4>);
 }
+// Kernel arguments of the bf16 rows [M, N] (contiguous) x -> y with weight w, eps 1e-6, exact
+// rounding; with a residual r (written back to ro) when r is not null.
+RmsNormKernelArgs make_args(bf16* x, bf16* w, bf16* y, bf16* r, bf16* ro, int64_t M, int64_t N) {
+  RmsNormKernelArgs a{};
+  a.x = x;
+  a.weight = w;
+  a.y = y;
+  a.rstd = nullptr;
+  a.x_rows =
+      core::make_row_layout(TensorRef::contiguous(x, DType::kBFloat16, {M, N}, Device::cuda(0)));
+  a.y_rows = a.x_rows;
+  if (r != nullptr) {
+    a.residual = r;
+    a.residual_out = ro;
+    a.r_rows = a.x_rows;
+    a.ro_rows = a.x_rows;
+  }
+  a.m = M;
+  a.n = N;
+  a.w_dtype = DType::kBFloat16;
+  a.y_dtype = DType::kBFloat16;
+  a.eps = 1e-6f;
+  a.w_offset = 0.f;
+  a.rounding = Rounding::kExact;
+  a.weight_vec = true;
+  return a;
+}
 int regs_of(const void* k) {
   cudaFuncAttributes fa;
   CK(cudaFuncGetAttributes(&fa, k));
@@ -146,28 +173,7 @@ int main() {
   for (int fused = 0; fused < 2; ++fused)
     for (int64_t N : {4096L, 8192L})
       for (int64_t M : {1L, 32L, 512L, 4096L, 32768L}) {
-        RmsNormKernelArgs a{};
-        a.x = x;
-        a.weight = w;
-        a.y = y;
-        a.rstd = nullptr;
-        a.x_rows = core::make_row_layout(
-            TensorRef::contiguous(x, DType::kBFloat16, {M, N}, Device::cuda(0)));
-        a.y_rows = a.x_rows;
-        if (fused) {
-          a.residual = r;
-          a.residual_out = ro;
-          a.r_rows = a.x_rows;
-          a.ro_rows = a.x_rows;
-        }
-        a.m = M;
-        a.n = N;
-        a.w_dtype = DType::kBFloat16;
-        a.y_dtype = DType::kBFloat16;
-        a.eps = 1e-6f;
-        a.w_offset = 0.f;
-        a.rounding = Rounding::kExact;
-        a.weight_vec = true;
+        RmsNormKernelArgs a = make_args(x, w, y, fused ? r : nullptr, ro, M, N);
         const core::RmsNormPlan prod = core::plan_rms_norm(N, 8, 2, fused ? 2 : 0, true);
         a.weight_in_smem = prod.weight_in_smem;
         std::vector<uint16_t> ref(M * N), out(M * N);
@@ -219,20 +225,7 @@ int main() {
   // Split-invariant reduction, plain op: every split against the production kernel at 512 x 1.
   for (int64_t N : {4096L, 8192L})
     for (int64_t M : {1L, 32L, 512L, 4096L, 32768L}) {
-      RmsNormKernelArgs a{};
-      a.x = x;
-      a.weight = w;
-      a.y = y;
-      a.x_rows = core::make_row_layout(
-          TensorRef::contiguous(x, DType::kBFloat16, {M, N}, Device::cuda(0)));
-      a.y_rows = a.x_rows;
-      a.m = M;
-      a.n = N;
-      a.w_dtype = DType::kBFloat16;
-      a.y_dtype = DType::kBFloat16;
-      a.eps = 1e-6f;
-      a.rounding = Rounding::kExact;
-      a.weight_vec = true;
+      const RmsNormKernelArgs a = make_args(x, w, y, nullptr, ro, M, N);
       core::RmsNormPlan p = core::plan_rms_norm(N, 8, 2, 0, true);
       const double bytes = 2.0 * M * N * 2;
       std::vector<uint16_t> ref(M * N), out(M * N), first;

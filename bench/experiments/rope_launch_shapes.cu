@@ -196,6 +196,14 @@ void pattern_variant(const Bufs& b, int64_t T, double bytes, double copy) {
       KH, kMath, (long)T, fa.numRegs, bx, by, bz, us, bytes / us / 1e3,
       100 * bytes / us / 1e3 / copy);
 }
+// Blocks of a persistent grid for kernel k at `threads` per block: as many as are resident at
+// once on the device (per_sm per multiprocessor), at most T.
+int64_t persistent_grid(const void* k, int threads, int64_t T, int* per_sm) {
+  int sms = 0;
+  CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(per_sm, k, threads, 0));
+  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  return std::min<int64_t>(T, static_cast<int64_t>(*per_sm) * sms);
+}
 // Software-pipelined variant (experiment): a persistent grid; thread row y of a block owns KH
 // heads, lane x one pair vector, slice z a token, then every gridDim.x * bz-th token after it.
 // The next token's head loads and cos/sin loads are issued before the current token is rotated
@@ -312,10 +320,8 @@ void pipelined_variant(const Bufs& b, int64_t T, std::vector<uint16_t>& ref, dou
   const int by = (HQ + HK + KH - 1) / KH;
   const int bz = 1;
   auto k = pipelined_kernel<KH, MB, kGSource, kGTokens, kPos, kLane, kTail, kBound256>;
-  int per_sm = 0, sms = 0;
-  CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k, bx * by * bz, 0));
-  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-  const int64_t grid = std::min<int64_t>(T, static_cast<int64_t>(per_sm) * sms);
+  int per_sm = 0;
+  const int64_t grid = persistent_grid(reinterpret_cast<const void*>(k), bx * by * bz, T, &per_sm);
   RopeKernelArgs args = make_args(b, T);
   if (kPos != 0) {
     args.pos = b.pos;
@@ -332,11 +338,11 @@ void pipelined_variant(const Bufs& b, int64_t T, std::vector<uint16_t>& ref, dou
       100 * bytes / m.us / 1e3 / copy, m.diff == 0 ? "same" : "DIFF");
 }
 // Software-pipelined QK-norm + RoPE (experiment): the specialised pipelined RoPE kernel above
-// (flat tokens, p = t, table source, every lane a pair vector, no pass-through) with the
-// per-head RMSNorm of qk_pair_head before the rotation. kWRegs: this thread's weight factors
-// (w + o) of q and k, for its two pair vectors, loaded once into registers; otherwise loaded per
-// head after the reduction, as qk_pair_head does.
-template <int MB, bool kWRegs>
+// (flat tokens, p = t, table source, every lane a pair vector, no pass-through) with the pair
+// kernel's per-head norm (qk_pair_head) before the rotation. (Holding the weight factors in
+// registers instead, a variant since removed, ran slower: 465.5 / 493.4 us against 446.4 at
+// T = 65536, bench/results/rope-launch-shapes-16f10cf-nvidia-h200.log.)
+template <int MB>
 __global__ void __launch_bounds__(kPipelinedThreads<2>, MB)
     qk_pipelined_kernel(const QkNormRopeArgs args) {
   constexpr int V = 8, KH = 2;
@@ -351,20 +357,6 @@ __global__ void __launch_bounds__(kPipelinedThreads<2>, MB)
   const unsigned mask = ((1u << g) - 1u) << (lane_id & ~(g - 1));
   const int64_t step = gridDim.x;
   int64_t t = blockIdx.x;
-  float wq0[kWRegs ? V : 1], wq1[kWRegs ? V : 1], wk0[kWRegs ? V : 1], wk1[kWRegs ? V : 1];
-  if constexpr (kWRegs) {
-    load_pack_dyn<V>(args.wq, args.wq_dtype, oa, wq0);
-    load_pack_dyn<V>(args.wq, args.wq_dtype, ob, wq1);
-    load_pack_dyn<V>(args.wk, args.wk_dtype, oa, wk0);
-    load_pack_dyn<V>(args.wk, args.wk_dtype, ob, wk1);
-#pragma unroll
-    for (int i = 0; i < V; ++i) {
-      wq0[i] += args.weight_offset;
-      wq1[i] += args.weight_offset;
-      wk0[i] += args.weight_offset;
-      wk1[i] += args.weight_offset;
-    }
-  }
   griddep_wait();
   if (t >= a.tokens) return;
   RopeHeadRegs<bf16, V> cur[KH], nxt[KH];
@@ -387,43 +379,8 @@ __global__ void __launch_bounds__(kPipelinedThreads<2>, MB)
 #pragma unroll
     for (int u = 0; u < KH; ++u) {
       const int hh = h0 + u;
-      if (hh >= heads) continue;
-      float x0[V], x1[V];
-      widen<bf16, V>(cur[u].x0, x0);
-      widen<bf16, V>(cur[u].x1, x1);
-      float sq = 0.0f;
-#pragma unroll
-      for (int i = 0; i < V; ++i) sq = __fmaf_rn(x0[i], x0[i], sq);
-#pragma unroll
-      for (int i = 0; i < V; ++i) sq = __fmaf_rn(x1[i], x1[i], sq);
-      sq = qk_group_sum(sq, mask, g);
-      const float r = rms_rstd(sq, a.head_dim, args.eps);
-      const bool is_q = hh < a.hq;
-      float w0[V], w1[V];
-      if constexpr (kWRegs) {
-#pragma unroll
-        for (int i = 0; i < V; ++i) {
-          w0[i] = is_q ? wq0[i] : wk0[i];
-          w1[i] = is_q ? wq1[i] : wk1[i];
-        }
-      } else {
-        load_pack_dyn<V>(is_q ? args.wq : args.wk, is_q ? args.wq_dtype : args.wk_dtype, oa, w0);
-        load_pack_dyn<V>(is_q ? args.wq : args.wk, is_q ? args.wq_dtype : args.wk_dtype, ob, w1);
-#pragma unroll
-        for (int i = 0; i < V; ++i) {
-          w0[i] += args.weight_offset;
-          w1[i] += args.weight_offset;
-        }
-      }
-#pragma unroll
-      for (int i = 0; i < V; ++i) {
-        x0[i] = rms_apply_exact(x0[i], r, w0[i]);
-        x1[i] = rms_apply_exact(x1[i], r, w1[i]);
-      }
-      rope_rotate_regs<V, false>(x0, x1, cc, cs);
-      bf16* y = rope_out_head<bf16>(a, tp, hh);
-      store_pack<bf16, V>(y + oa, x0);
-      store_pack<bf16, V>(y + ob, x1);
+      if (hh < heads)
+        qk_pair_head<bf16, V, false>(args, tp, t, hh, oa, ob, cur[u], cc, cs, mask, g);
     }
     if (!more) break;
     t = tn;
@@ -437,20 +394,18 @@ __global__ void __launch_bounds__(kPipelinedThreads<2>, MB)
     }
   }
 }
-template <int MB, bool kWRegs>
+template <int MB>
 void qk_pipelined_variant(const Bufs& b, int64_t T, std::vector<uint16_t>& ref, double bytes,
                           double copy) {
   const int bx = 8, by = (HQ + HK) / 2;
-  auto k = qk_pipelined_kernel<MB, kWRegs>;
-  int per_sm = 0, sms = 0;
-  CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k, bx * by, 0));
-  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-  const int64_t grid = std::min<int64_t>(T, static_cast<int64_t>(per_sm) * sms);
+  auto k = qk_pipelined_kernel<MB>;
+  int per_sm = 0;
+  const int64_t grid = persistent_grid(reinterpret_cast<const void*>(k), bx * by, T, &per_sm);
   const Measured m = measure(k, dim3(grid), dim3(bx, by), make_qk_args(b, T), b, T, ref);
   printf(
-      "qkpipe MB=%d wregs=%d T=%6ld regs=%3d block=%dx%d grid=%ld (%d/SM)  %8.2f us  %6.0f GB/s  "
+      "qkpipe MB=%d T=%6ld regs=%3d block=%dx%d grid=%ld (%d/SM)  %8.2f us  %6.0f GB/s  "
       "%5.1f%% copy  %s\n",
-      MB, (int)kWRegs, (long)T, m.regs, bx, by, (long)grid, per_sm, m.us, bytes / m.us / 1e3,
+      MB, (long)T, m.regs, bx, by, (long)grid, per_sm, m.us, bytes / m.us / 1e3,
       100 * bytes / m.us / 1e3 / copy, m.diff == 0 ? "same" : "DIFF");
 }
 int main() {
@@ -512,9 +467,7 @@ int main() {
     qk_pair_variant<3>(b, T, qref, bytes, copy);
     qk_pair_variant<4>(b, T, qref, bytes, copy);
     if (T >= 1024) {
-      qk_pipelined_variant<2, false>(b, T, qref, bytes, copy);
-      qk_pipelined_variant<2, true>(b, T, qref, bytes, copy);
-      qk_pipelined_variant<3, true>(b, T, qref, bytes, copy);
+      qk_pipelined_variant<2>(b, T, qref, bytes, copy);
     }
   }
   printf("done\n");
