@@ -1,16 +1,14 @@
 // RMSNorm block-per-row launch-shape experiment (H200): the direct kernel at N = 4096 and 8192
-// (bf16, M = 1, 32, 512, 4096, 32768), plain and with the fused add, at every threads x
-// vectors-per-thread split that covers the row (512 x 1, 256 x 2, 128 x 4), against the
-// production plan's split; CUDA-graph replay for M <= 512 (as the main job), cold-L2 CUDA-event
-// medians above, the copy bandwidth of the same run; every variant's output compared with the
-// production plan's (a different split changes the reduction order: bf16 ulp distance
-// reported). Questions: is N = 4096 limited by the bytes a thread has in flight (answered at
-// 04576c2: 128 x 4 reaches 96% of copy at M = 32768, 256 x 2 70%; docs/performance.md), and
-// what does each split cost a single row (M = 1 went 2.28 -> 2.90 us with 128 x 4; at 16f10cf
-// 512 x 1 runs M = 1 in 2.00 us against 2.81 at 128 x 4, and loading every vector's weights
-// before the first store, a variant since removed, changed nothing: 2.88 us)? Each split's
-// registers are printed. Last, a split-invariant reduction (invariant_kernel below), timed at
-// every split and compared bit for bit with the production kernel at one vector per thread.
+// (bf16, M from 1 to 32768), plain and with the fused add, at every threads x vectors-per-thread
+// split that covers the row (512 x 1, 256 x 2, 128 x 4), against the production plan's split
+// for that M; CUDA-graph replay for M <= 512 (as the main job), cold-L2 CUDA-event medians
+// above, the copy bandwidth of the same run; every variant's output compared bit for bit with
+// the production plan's (the reduction is split-invariant, so every split must agree). Answered
+// so far (docs/performance.md): N = 4096 at many rows is limited by the bytes a thread has in
+// flight (128 x 4 reaches 96% of copy at M = 32768, 256 x 2 70%), while few rows want the widest
+// block (M = 1: 512 x 1 in 1.71 us, 128 x 4 2.50 us with the split-invariant reduction, at
+// 89ff5f2). Question now: where between the row counts does each split win (the
+// plan's kFewRowsPerSm and kMidRowsPerSm)? Each split's registers are printed.
 // Not part of the build:
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90,code=sm_90 -Iinclude -Isrc \
 //        bench/experiments/rms_norm_launch_shapes.cu build/libropenorm.a -o rms_norm_launch_shapes
@@ -24,6 +22,7 @@
 #include "core/rms_norm_plan.h"
 #include "core/row_layout.h"
 #include "cuda/common/dtype.cuh"
+#include "cuda/common/launch.h"
 #include "cuda/common/pdl.cuh"
 #include "cuda/rms_norm/rms_norm_kernels.cuh"
 #include "cuda/rms_norm/rms_norm_typed.h"
@@ -44,67 +43,6 @@ const void* direct_kernel(int vpt) {
   return vpt == 1   ? direct_kernel<Tr, 1>()
          : vpt == 2 ? direct_kernel<Tr, 2>()
                     : direct_kernel<Tr, 4>();
-}
-// Split-invariant variant (experiment): the direct kernel's plain bf16 row (aligned rows, N =
-// 8 * threads * VPT, so no edge elements; weight from global memory; exact rounding) with a
-// reduction whose order does not depend on the split. Thread t's vector k is chunk
-// j = t + k * T of the row; its squares (in element order) go through the butterfly of virtual
-// warp j / 32 (the warp holding chunk j at one vector per thread, same lane), and the virtual
-// warps' sums through one butterfly over their index, as block_sum does at 512 x 1. Every split
-// should write the bits of the production kernel at 512 x 1; its cost is VPT butterflies
-// instead of one. If it is free at large M, the plan may choose the split by M (512 x 1 for few
-// rows) without a row's bits depending on the batch.
-template <int VPT>
-__global__ void __launch_bounds__(512) invariant_kernel(const RmsNormKernelArgs a) {
-  __shared__ float scratch[32];
-  const int tid = threadIdx.x, nt = blockDim.x, lane = tid & 31, warp = tid >> 5;
-  const int nw = nt >> 5;
-  griddep_wait();
-  griddep_launch_dependents();
-  for (int64_t row = blockIdx.x; row < a.m; row += gridDim.x) {
-    const bf16* x = static_cast<const bf16*>(a.x) + a.x_rows.offset(row);
-    float v[VPT][8];
-#pragma unroll
-    for (int k = 0; k < VPT; ++k)
-      load_pack<bf16, 8>(x + static_cast<int64_t>(tid + k * nt) * 8, v[k]);
-    float part[VPT];
-#pragma unroll
-    for (int k = 0; k < VPT; ++k) {
-      part[k] = 0.0f;
-#pragma unroll
-      for (int i = 0; i < 8; ++i) part[k] += v[k][i] * v[k][i];
-      part[k] = warp_sum(part[k]);
-    }
-    if (lane == 0) {
-#pragma unroll
-      for (int k = 0; k < VPT; ++k) scratch[warp + k * nw] = part[k];
-    }
-    __syncthreads();
-    float sum = lane < nw * VPT ? scratch[lane] : 0.0f;
-    sum = warp_sum(sum);
-    __syncthreads();
-    const float rstd = rms_rstd(sum, a.n, a.eps);
-    const int64_t y_off = a.y_rows.offset(row);
-#pragma unroll
-    for (int k = 0; k < VPT; ++k) {
-      const int64_t col = static_cast<int64_t>(tid + k * nt) * 8;
-      float w[8];
-      row_weights<8>(a, nullptr, 0, col, w);
-      row_output<bf16, 8>(false, rstd, w, v[k]);
-      store_pack_dyn<8>(a.y, a.y_dtype, y_off + col, v[k]);
-    }
-  }
-}
-void launch_invariant(const RmsNormKernelArgs& a, int threads, int vpt, cudaStream_t s) {
-  const dim3 grid(static_cast<unsigned>(a.m)), block(threads);
-  if (vpt == 1) CK(launch_with_pdl(invariant_kernel<1>, grid, block, 0, s, a));
-  if (vpt == 2) CK(launch_with_pdl(invariant_kernel<2>, grid, block, 0, s, a));
-  if (vpt == 4) CK(launch_with_pdl(invariant_kernel<4>, grid, block, 0, s, a));
-}
-const void* invariant_of(int vpt) {
-  return vpt == 1   ? reinterpret_cast<const void*>(invariant_kernel<1>)
-         : vpt == 2 ? reinterpret_cast<const void*>(invariant_kernel<2>)
-                    : reinterpret_cast<const void*>(invariant_kernel<4>);
 }
 // Kernel arguments of the bf16 rows [M, N] (contiguous) x -> y with weight w, eps 1e-6, exact
 // rounding; with a residual r (written back to ro) when r is not null.
@@ -172,9 +110,10 @@ int main() {
   };
   for (int fused = 0; fused < 2; ++fused)
     for (int64_t N : {4096L, 8192L})
-      for (int64_t M : {1L, 32L, 512L, 4096L, 32768L}) {
+      for (int64_t M : {1L, 32L, 132L, 264L, 512L, 1024L, 2048L, 4096L, 8192L, 16384L, 32768L}) {
         RmsNormKernelArgs a = make_args(x, w, y, fused ? r : nullptr, ro, M, N);
-        const core::RmsNormPlan prod = core::plan_rms_norm(N, 8, 2, fused ? 2 : 0, true);
+        const core::RmsNormPlan prod =
+            core::plan_rms_norm(N, 8, 2, fused ? 2 : 0, true, M, device_sm_count());
         a.weight_in_smem = prod.weight_in_smem;
         std::vector<uint16_t> ref(M * N), out(M * N);
         const double bytes = (fused ? 4.0 : 2.0) * M * N * 2;
@@ -222,44 +161,5 @@ int main() {
               100 * bytes / us / 1e3 / copy, ndiff, maxd);
         }
       }
-  // Split-invariant reduction, plain op: every split against the production kernel at 512 x 1.
-  for (int64_t N : {4096L, 8192L})
-    for (int64_t M : {1L, 32L, 512L, 4096L, 32768L}) {
-      const RmsNormKernelArgs a = make_args(x, w, y, nullptr, ro, M, N);
-      core::RmsNormPlan p = core::plan_rms_norm(N, 8, 2, 0, true);
-      const double bytes = 2.0 * M * N * 2;
-      std::vector<uint16_t> ref(M * N), out(M * N), first;
-      p.threads = static_cast<int>(N / 8 <= 512 ? N / 8 : 512);
-      p.vpt = static_cast<int>(N / 8 / p.threads);
-      CK(cudaMemset(y, 0xff, M * N * 2));
-      Status st = launch_rms_norm_typed<bf16, NoResidual>(a, p, 0);
-      CK(cudaDeviceSynchronize());
-      if (!st.ok()) {
-        printf("%s\n", st.message().c_str());
-        exit(1);
-      }
-      CK(cudaMemcpy(ref.data(), y, M * N * 2, cudaMemcpyDeviceToHost));
-      for (int vpt : {1, 2, 4}) {
-        const int threads = static_cast<int>(N / 8 / vpt);
-        if (threads > 512 || threads < 64) continue;
-        auto run = [&](cudaStream_t stream) { launch_invariant(a, threads, vpt, stream); };
-        CK(cudaMemset(y, 0xff, M * N * 2));
-        const float us = M <= 512 ? time_graph(run) : time_med([&] { run(0); }, true, 21);
-        CK(cudaMemcpy(out.data(), y, M * N * 2, cudaMemcpyDeviceToHost));
-        if (first.empty()) first = out;
-        size_t ndiff = 0, nfirst = 0;
-        for (size_t k = 0; k < out.size(); ++k) {
-          ndiff += out[k] != ref[k];
-          nfirst += out[k] != first[k];
-        }
-        // At N = 4096 the production kernel at 512 x 1 has the canonical order; at N = 8192 (no
-        // 1024-thread split) only the invariant splits can agree with each other.
-        printf(
-            "rms inv N=%5ld M=%6ld threads=%3d vpt=%d regs=%3d %8.2f us %6.0f GB/s %5.1f%% copy  "
-            "vs-prod %dx%d: %zu differ; vs first split: %zu differ\n",
-            (long)N, (long)M, threads, vpt, regs_of(invariant_of(vpt)), us, bytes / us / 1e3,
-            100 * bytes / us / 1e3 / copy, p.threads, p.vpt, ndiff, nfirst);
-      }
-    }
   printf("done\n");
 }

@@ -56,7 +56,8 @@ int rms_norm_vector_width(int64_t n, const AccessFacts& x,
 
 static int round_up(int64_t a, int64_t b) { return static_cast<int>((a + b - 1) / b * b); }
 
-RmsNormPlan plan_rms_norm(int64_t n, int vec, int x_elem, int r_elem, bool has_weight) {
+RmsNormPlan plan_rms_norm(int64_t n, int vec, int x_elem, int r_elem, bool has_weight, int64_t rows,
+                          int sm_count) {
   RmsNormPlan p;
   p.vec = vec;
   const int64_t nvec = (n + vec - 1) / vec;
@@ -66,18 +67,20 @@ RmsNormPlan plan_rms_norm(int64_t n, int vec, int x_elem, int r_elem, bool has_w
     p.vpt = nvec <= 32 ? 1 : (nvec <= 64 ? 2 : 4);
     p.rows_per_block = 4;
   } else {
-    // Block per row: each thread holds vpt vectors in registers. The bytes a thread has in
-    // flight bound the bandwidth (measured on H200 at N = 4096: 128 x 4 reaches 96% of copy,
-    // 256 x 2 70%), so vpt grows to kRowsAimVpt (half that with a residual, whose values double
-    // the registers a vector needs) while at least kRowsMinThreads threads remain, and further
-    // only when the row does not fit kRowsMaxThreads threads.
+    // Block per row: each thread holds vpt vectors in registers. With many rows the bytes a
+    // thread has in flight bound the bandwidth (measured on H200 at N = 4096: 128 x 4 reaches
+    // 96% of copy, 256 x 2 70%), so vpt grows to kRowsAimVpt (half that with a residual, whose
+    // values double the registers a vector needs) while at least kRowsMinThreads threads
+    // remain, and further only when the row does not fit kRowsMaxThreads threads. With few
+    // rows per SM a row's latency dominates and wider blocks finish it sooner (H200, N = 4096,
+    // bf16: M = 1 in 1.71 us at 512 x 1 against 2.50 at 128 x 4; M = 4096 in 19.9 us at
+    // 256 x 2 against 20.8; docs/performance.md).
     int max_vpt = kMaxRegElems / vec;
     if (max_vpt > kMaxVpt) max_vpt = kMaxVpt;
-    const int aim_vpt = r_elem > 0 ? kRowsAimVpt / 2 : kRowsAimVpt;
-    int vpt = 1;
-    while (vpt < max_vpt && vpt < aim_vpt && nvec >= 2 * vpt * int64_t{kRowsMinThreads}) vpt *= 2;
-    while (vpt < max_vpt && nvec > static_cast<int64_t>(kRowsMaxThreads) * vpt) vpt *= 2;
-    if (nvec > static_cast<int64_t>(kRowsMaxThreads) * vpt) {
+    auto fits = [&](int vpt, int64_t threads) { return nvec <= threads * vpt; };
+    int wide = 1;
+    while (wide < max_vpt && !fits(wide, kRowsMaxThreads)) wide *= 2;
+    if (!fits(wide, kRowsMaxThreads)) {
       p.path = RmsNormPath::kTwoPass;
       p.vpt = 1;
       p.threads = kTwoPassThreads;
@@ -85,6 +88,16 @@ RmsNormPlan plan_rms_norm(int64_t n, int vec, int x_elem, int r_elem, bool has_w
       p.smem_bytes = 0;
       return p;
     }
+    const int aim_vpt = r_elem > 0 ? kRowsAimVpt / 2 : kRowsAimVpt;
+    int many = 1;
+    while (many < max_vpt && many < aim_vpt && nvec >= 2 * many * int64_t{kRowsMinThreads}) {
+      many *= 2;
+    }
+    if (many < wide) many = wide;
+    int mid = wide;
+    while (mid < many && !fits(mid, kMidThreads)) mid *= 2;
+    const int64_t sms = sm_count > 0 ? sm_count : 1;
+    const int vpt = rows <= kFewRowsPerSm * sms ? wide : (rows <= kMidRowsPerSm * sms ? mid : many);
     // The direct kernel: registers only, no shared-memory ring, weight read from global memory.
     p.path = RmsNormPath::kBlockPerRow;
     p.vpt = vpt;

@@ -1,6 +1,9 @@
 // Launch planning for the RMSNorm kernels: vector width and path, decided on the host from the
-// row width, the pointers and the strides. The plan never depends on the row count M, so a
-// row's reduction order (and so its bits) is the same whatever M (batch invariance).
+// row width, the pointers and the strides; on the block path also the split of a row over
+// threads (threads x vectors per thread), chosen by the row count per multiprocessor. The
+// path and the reduction order never depend on the row count: the block path reduces in a
+// split-invariant order (chunk_sum), so a row's bits are the same whatever M (batch
+// invariance) and whichever split the plan picks.
 #pragma once
 
 #include <cstdint>
@@ -65,6 +68,17 @@ constexpr int kRowsMaxThreads = 512;
 constexpr int kRowsMinThreads = 128;
 /// Vectors per thread the register-resident path aims for without a residual (half with one).
 constexpr int kRowsAimVpt = 4;
+/// Block path: at most this many rows per multiprocessor take the widest split (fewest vectors
+/// per thread, up to kRowsMaxThreads threads): one block per SM pulls its row fastest.
+constexpr int64_t kFewRowsPerSm = 1;
+/// Block path: at most this many rows per multiprocessor take the middle split (at most
+/// kMidThreads threads per row, and no fewer vectors per thread than the widest split); more
+/// take the many-rows split (kRowsAimVpt vectors per thread).
+constexpr int64_t kMidRowsPerSm = 64;
+/// Threads per row of the middle split.
+constexpr int kMidThreads = 256;
+/// Row count that selects the many-rows split on any device (the planner's default).
+constexpr int64_t kManyRows = int64_t{1} << 62;
 /// Threads per row on the two-pass path.
 constexpr int kTwoPassThreads = 512;
 /// Dynamic shared memory a rows-path block may use (of the 227 KiB an sm_90 block can have).
@@ -80,10 +94,12 @@ __host__ __device__
   return static_cast<int64_t>(stages) * vpt * threads * v * (x_elem + r_elem);
 }
 
-/// Plan for rows of width n at vector width vec (from rms_norm_vector_width), x elements of
-/// x_elem bytes, a residual of r_elem bytes (0: plain op), with or without a weight. Depends on
-/// n and the dtypes only, never on the row count.
+/// Plan for `rows` rows of width n at vector width vec (from rms_norm_vector_width), x elements
+/// of x_elem bytes, a residual of r_elem bytes (0: plain op), with or without a weight, on a
+/// device of sm_count multiprocessors. The path, vector width and staging depend on n and the
+/// dtypes only; on the block path the split depends on rows / sm_count too (kFewRowsPerSm,
+/// kMidRowsPerSm), which leaves the results unchanged (split-invariant reduction).
 RmsNormPlan plan_rms_norm(int64_t n, int vec, int x_elem = 2, int r_elem = 0,
-                          bool has_weight = true);
+                          bool has_weight = true, int64_t rows = kManyRows, int sm_count = 1);
 
 }  // namespace ropenorm::core

@@ -8,6 +8,7 @@
 #include <sstream>
 #include <vector>
 
+#include "cuda/rms_norm/rms_norm_run.h"
 #include "reference/rms_norm_ref.h"
 #include "verify/device_buffer.h"
 #include "verify/parallel.h"
@@ -89,6 +90,7 @@ std::string describe(const RmsNormCase& c) {
   if (c.storage_offset) os << " off=" << c.storage_offset;
   if (c.batch) os << " batch=" << c.batch;
   if (c.in_place) os << " in-place";
+  if (c.plan_rows) os << " planned-for=" << c.plan_rows;
   return os.str();
 }
 
@@ -158,7 +160,20 @@ RmsNormOutcome run_case(const RmsNormCase& c, const RmsNormInputs& in) {
                                    : TensorRef();
   const TensorRef rstd =
       c.save_rstd ? TensorRef(sb.get(), DType::kFloat32, {c.m}, {1}, Device::cuda(0)) : TensorRef();
-  if (c.fused) {
+  if (c.plan_rows > 0) {
+    core::RmsNormCall call;
+    call.x = x;
+    call.weight = w;
+    call.y = y;
+    call.rstd = rstd;
+    call.params = c.params;
+    call.fused = c.fused;
+    if (c.fused) {
+      call.residual = L.view(rb.get(), c.res_dtype);
+      call.residual_out = c.in_place ? call.residual : L.view(rob.get(), c.res_dtype);
+    }
+    out.status = cuda::run_rms_norm(call, c.plan_rows, Stream{});
+  } else if (c.fused) {
     const TensorRef res = L.view(rb.get(), c.res_dtype);
     const TensorRef res_out = c.in_place ? res : L.view(rob.get(), c.res_dtype);
     out.status = add_rms_norm(x, res, w, y, res_out, rstd, c.params);

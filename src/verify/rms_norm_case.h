@@ -43,6 +43,7 @@ struct RmsNormCase {
   int64_t batch = 0;           ///< > 0: view x as [batch, m / batch, n] stored sequence-major
   Fill fill = Fill::kNormal;
   uint64_t seed = 1;
+  int64_t plan_rows = 0;  ///< > 0: the block-path split is planned for this many rows, not m
 };
 
 /// Host copies of the inputs of a case (drawn by make_inputs, editable before run_case).

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "core/rms_norm_plan.h"
+#include "cuda/common/launch.h"
 #include "gpu_util.h"
 #include "verify/rms_norm_case.h"
 
@@ -252,6 +254,7 @@ TEST(GpuRmsNorm, BatchInvariance) {
   for (bool fused : {false, true}) {
     for (int64_t n : {64, 4096, 4095, 8192, 65536}) {
       std::vector<std::vector<uint64_t>> first_rows;
+      // With 132 SMs: 1 row takes the block path's widest split, 255 and more the middle one.
       for (int64_t m : {1, 255, 256, 4096}) {
         if (n >= 65536 && m > 256) continue;
         RmsNormCase c;
@@ -279,6 +282,64 @@ TEST(GpuRmsNorm, BatchInvariance) {
       }
       for (size_t i = 1; i < first_rows.size(); ++i) {
         ASSERT_EQ(first_rows[0], first_rows[i]) << "n=" << n << " run " << i;
+      }
+    }
+  }
+}
+
+// The block path's split follows the row count (few, middle, many rows per multiprocessor);
+// its reduction is split-invariant, so the same rows planned for each of those row counts give
+// the same bits, each passing the oracle: dtypes, both roundings, offsets, edge elements (4095,
+// misaligned rows), the scalar path (mixed element sizes at a misaligned address), the fused add.
+// Rows of more than 32 virtual warps (16384 at 8 elements per vector, 2050 scalars) have one
+// split at every row count; they check chunk_sum's two-level order against the oracle.
+TEST(GpuRmsNorm, SplitInvariance) {
+  ROPENORM_REQUIRE_GPU();
+  const int64_t sms = cuda::device_sm_count();
+  const int64_t plan_rows[] = {1, sms + 1, core::kMidRowsPerSm * sms + 1};
+  struct Variant {
+    int64_t n;
+    DType x, y;
+    bool fused, hf;
+    int64_t offset;
+  };
+  const Variant variants[] = {
+      {4096, DType::kBFloat16, DType::kBFloat16, false, false, 0},
+      {4095, DType::kBFloat16, DType::kBFloat16, false, true, 0},
+      {8192, DType::kBFloat16, DType::kBFloat16, false, false, 3},
+      {16384, DType::kBFloat16, DType::kBFloat16, false, false, 0},
+      {4096, DType::kFloat32, DType::kFloat32, false, false, 0},
+      {5000, DType::kFloat16, DType::kFloat16, false, true, 1},
+      {1000, DType::kBFloat16, DType::kFloat32, false, false, 1},
+      {2050, DType::kBFloat16, DType::kFloat32, false, false, 1},
+      {4096, DType::kBFloat16, DType::kBFloat16, true, false, 0},
+      {4095, DType::kFloat16, DType::kFloat16, true, true, 0},
+  };
+  uint64_t seed = 500;
+  for (const Variant& v : variants) {
+    RmsNormCase c;
+    c.m = 19;
+    c.n = v.n;
+    c.x_dtype = c.w_dtype = c.res_dtype = v.x;
+    c.y_dtype = v.y;
+    c.fused = v.fused;
+    c.storage_offset = v.offset;
+    c.params.rounding = v.hf ? Rounding::kHfLlama : Rounding::kExact;
+    c.params.weight_offset = v.hf ? 1.0f : 0.0f;
+    c.seed = seed++;
+    const auto in = verify::make_inputs(c);
+    std::vector<verify::RmsNormOutcome> outs;
+    for (int64_t rows : plan_rows) {
+      c.plan_rows = rows;
+      outs.push_back(verify::run_case(c, in));
+      ASSERT_TRUE(outs.back().passed) << outs.back().summary;
+    }
+    for (size_t i = 1; i < outs.size(); ++i) {
+      const std::string what = verify::describe(c) + " y";
+      expect_same_bits(outs[i].y_out, outs[0].y_out, 0, c.m * c.n, what.c_str());
+      expect_same_bits(outs[i].rstd_out, outs[0].rstd_out, 0, c.m, "rstd");
+      if (c.fused) {
+        expect_same_bits(outs[i].residual_out_host, outs[0].residual_out_host, 0, c.m * c.n, "s");
       }
     }
   }

@@ -1,5 +1,6 @@
 // Dispatch decisions of the RMSNorm launcher: vector width from N, pointers and strides; path
-// and threads from N only (never from M, which keeps results batch invariant).
+// and threads from N, and the block path's split also from the rows per multiprocessor (its
+// reduction is split-invariant, which keeps results batch invariant).
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -92,16 +93,51 @@ TEST(CpuRmsNormPlan, PathsAndThreads) {
   EXPECT_EQ(p.path, RmsNormPath::kTwoPass);
 }
 
+// The block path's split follows the rows per multiprocessor (132 SMs here): the widest split
+// for at most one row per SM, at most 256 threads up to 64 rows per SM, the many-rows split
+// beyond; the path itself never changes with the row count.
+TEST(CpuRmsNormPlan, BlockSplitFollowsRowsPerSm) {
+  constexpr int kSms = 132;
+  struct Want {
+    int64_t rows;
+    int threads, vpt;
+  };
+  auto check = [&](int64_t n, int r_elem, std::initializer_list<Want> wants) {
+    for (const Want& w : wants) {
+      const auto p = plan_rms_norm(n, 8, 2, r_elem, true, w.rows, kSms);
+      EXPECT_EQ(p.path, RmsNormPath::kBlockPerRow) << n << " rows " << w.rows;
+      EXPECT_EQ(p.threads, w.threads) << n << " rows " << w.rows;
+      EXPECT_EQ(p.vpt, w.vpt) << n << " rows " << w.rows;
+    }
+  };
+  check(4096, 0, {{1, 512, 1}, {132, 512, 1}, {133, 256, 2}, {8448, 256, 2}, {8449, 128, 4}});
+  check(8192, 0, {{1, 512, 2}, {132, 512, 2}, {133, 256, 4}, {8449, 256, 4}});
+  check(4096, 2, {{1, 512, 1}, {133, 256, 2}, {8449, 256, 2}});
+  check(8192, 2, {{1, 512, 2}, {133, 512, 2}, {8449, 512, 2}});
+  check(4095, 0, {{1, 512, 1}, {133, 256, 2}, {8449, 128, 4}});
+  // The default row count is the many-rows plan.
+  const auto many = plan_rms_norm(4096, 8);
+  EXPECT_EQ(many.threads, 128);
+  EXPECT_EQ(many.vpt, 4);
+  for (int64_t n : {64, 1024, 32768, 262144}) {
+    for (int64_t rows : {1, 133, 8449}) {
+      EXPECT_EQ(plan_rms_norm(n, 8, 2, 0, true, rows, kSms).path, plan_rms_norm(n, 8).path) << n;
+    }
+  }
+}
+
 TEST(CpuRmsNormPlan, EveryRegisterPlanCoversTheRow) {
   for (int vec : {1, 4, 8}) {
     for (int64_t n = 1; n <= 40000; n += 37) {
-      const auto p = plan_rms_norm(n, vec);
-      if (p.path == RmsNormPath::kTwoPass) continue;
-      EXPECT_LE(p.vpt * vec, kMaxRegElems) << n;
-      EXPECT_LE(p.threads, kRowsMaxThreads) << n;
-      EXPECT_EQ(p.threads % 32, 0) << n;
-      EXPECT_GE(static_cast<int64_t>(p.threads) * p.vpt * vec, n) << n;
-      EXPECT_GE(p.threads, 2 * vec - 2) << n;  // one thread per edge element
+      for (int64_t rows : {int64_t{1}, int64_t{1000}, kManyRows}) {
+        const auto p = plan_rms_norm(n, vec, 2, 0, true, rows, 132);
+        if (p.path == RmsNormPath::kTwoPass) continue;
+        EXPECT_LE(p.vpt * vec, kMaxRegElems) << n;
+        EXPECT_LE(p.threads, kRowsMaxThreads) << n;
+        EXPECT_EQ(p.threads % 32, 0) << n;
+        EXPECT_GE(static_cast<int64_t>(p.threads) * p.vpt * vec, n) << n;
+        EXPECT_GE(p.threads, 2 * vec - 2) << n;  // one thread per edge element
+      }
     }
   }
 }

@@ -1,8 +1,9 @@
 // Fixed-order fp32 sums across a warp and across a block.
 //
-// Ownership: every lane contributes one partial; the result is returned to every lane (warp) or
-// every thread (block). The order of additions depends only on the thread layout, never on data
-// or timing, so results are bitwise reproducible for a given launch shape.
+// Ownership: every lane contributes one partial (warp_sum, block_sum) or one partial per chunk
+// it owns (chunk_sum); the result is returned to every lane (warp) or every thread (block). The
+// order of additions depends only on the thread layout (warp_sum, block_sum) or only on the
+// chunks (chunk_sum), never on data or timing, so results are bitwise reproducible.
 #pragma once
 
 namespace ropenorm::cuda {
@@ -28,6 +29,43 @@ __device__ __forceinline__ float block_sum(float v, float* scratch) {
   t = warp_sum(t);
   __syncthreads();
   return t;
+}
+
+/// Split-invariant sum over the chunks of a 1-D block: thread t's partial k is that of chunk
+/// j = t + k * blockDim.x (blockDim.x a multiple of 32, K * blockDim.x <= 32 * 32 * 32 chunks).
+/// The order depends on the chunks only, never on blockDim.x or K:
+///   S = sum_g G_g,  G_g = sum_l W_(32 g + l),  W_w = sum_l P_(32 w + l),
+/// each sum a 32-lane butterfly (warp_sum) in that index order, P_j chunk j's partial, and the
+/// outer sum over groups skipped when there is one group (a butterfly of one value and zeros
+/// returns it exactly; absent chunks, virtual warps and groups count as +0, which leaves every
+/// sum unchanged). So every split of the same chunks (any blockDim.x x K) gives the same bits,
+/// those of block_sum at one chunk per thread. `scratch` holds K * blockDim.x / 32 floats of
+/// shared memory; the call synchronises the block twice, so it may be called repeatedly.
+template <int K>
+__device__ __forceinline__ float chunk_sum(float (&part)[K], float* scratch) {
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int nwarps = blockDim.x >> 5;
+#pragma unroll
+  for (int k = 0; k < K; ++k) part[k] = warp_sum(part[k]);
+  if (lane == 0) {
+#pragma unroll
+    for (int k = 0; k < K; ++k) scratch[warp + k * nwarps] = part[k];
+  }
+  __syncthreads();
+  const int vwarps = nwarps * K;
+  float total = warp_sum(lane < vwarps ? scratch[lane] : 0.0f);
+  if (vwarps > 32) {
+    float mine = lane == 0 ? total : 0.0f;
+    for (int g = 1; g * 32 < vwarps; ++g) {
+      const int w = g * 32 + lane;
+      const float group = warp_sum(w < vwarps ? scratch[w] : 0.0f);
+      if (lane == g) mine = group;
+    }
+    total = warp_sum(mine);
+  }
+  __syncthreads();
+  return total;
 }
 
 }  // namespace ropenorm::cuda

@@ -19,7 +19,10 @@
 //    (a.weight_in_smem); every thread writes a strided share, then the block synchronises once.
 //  - direct kernel (block path): the block owns rows blockIdx.x, blockIdx.x + gridDim.x, ...;
 //    thread t owns vectors t, t + T, ... (VPT of them) and edge element t of each row, loaded
-//    straight from global memory into registers; the weight is read from global memory.
+//    straight from global memory into registers; the weight is read from global memory. The
+//    row's sum of squares is reduced per chunk (vector j is chunk j, edge element e joins chunk
+//    e) with chunk_sum, whose order does not depend on T x VPT, so the plan may pick the split
+//    by the row count without changing a bit.
 //  - two-pass kernel (rows too wide for registers): the block owns row blockIdx.x (then strides
 //    by gridDim.x); thread t loops over vectors t, t + 512, ...; pass one sums squares (and
 //    writes s), pass two re-reads its own elements and writes y.
@@ -247,13 +250,27 @@ __device__ __forceinline__ void process_row(const RmsNormKernelArgs& a, int64_t 
       s_row[e_col] = from_float<Tr>(ve);
     }
   }
-  float sum_sq = ve * ve;
+  float sum_sq;
+  if constexpr (kWarp) {
+    sum_sq = ve * ve;
 #pragma unroll
-  for (int k = 0; k < VPT; ++k) {
+    for (int k = 0; k < VPT; ++k) {
 #pragma unroll
-    for (int i = 0; i < V; ++i) sum_sq += v[k][i] * v[k][i];
+      for (int i = 0; i < V; ++i) sum_sq += v[k][i] * v[k][i];
+    }
+    sum_sq = warp_sum(sum_sq);
+  } else {
+    // Split-invariant: vector j = tid + k * nthreads is chunk j, the edge element tid belongs
+    // to chunk tid (k = 0), so a row's sum has the same bits at every threads x VPT split.
+    float part[VPT];
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) {
+      part[k] = k == 0 ? ve * ve : 0.0f;
+#pragma unroll
+      for (int i = 0; i < V; ++i) part[k] += v[k][i] * v[k][i];
+    }
+    sum_sq = chunk_sum(part, scratch);
   }
-  sum_sq = kWarp ? warp_sum(sum_sq) : block_sum(sum_sq, scratch);
   const float rstd = rms_rstd(sum_sq, a.n, a.eps);
   if (a.rstd != nullptr && tid == 0) a.rstd[row] = rstd;
   const int64_t y_off = a.y_rows.offset(row);
@@ -346,7 +363,7 @@ __global__ void __launch_bounds__(core::kRowsMaxThreads)
     rms_norm_direct_kernel(const RmsNormKernelArgs a) {
   using Tnorm = NormInputT<Tx, Tr>;
   constexpr bool kFused = !std::is_same_v<Tr, NoResidual>;
-  __shared__ float scratch[32];
+  __shared__ float scratch[VPT * core::kRowsMaxThreads / 32];
   const int tid = threadIdx.x;
   const int nthreads = blockDim.x;
   griddep_wait();

@@ -1,4 +1,5 @@
-// Public entry points rms_norm and add_rms_norm: validate, plan, dispatch, launch.
+// Public entry points rms_norm and add_rms_norm and the launcher behind them (rms_norm_run.h):
+// validate, plan, dispatch, launch.
 // Nothing is allocated or synchronised; the launch goes on the caller's stream.
 #include <cuda_runtime.h>
 
@@ -8,13 +9,15 @@
 #include "core/rms_norm_validate.h"
 #include "core/row_layout.h"
 #include "cuda/common/dtype.cuh"
+#include "cuda/common/launch.h"
+#include "cuda/rms_norm/rms_norm_run.h"
 #include "cuda/rms_norm/rms_norm_typed.h"
 
 namespace ropenorm {
 
-namespace {
+namespace cuda {
 
-Status run_rms_norm(const core::RmsNormCall& c, Stream stream) {
+Status run_rms_norm(const core::RmsNormCall& c, int64_t plan_rows, Stream stream) {
   const char* op = c.fused ? "add_rms_norm" : "rms_norm";
   ROPENORM_TRY(core::validate_rms_norm(c, -1));
   int device = 0;
@@ -50,8 +53,8 @@ Status run_rms_norm(const core::RmsNormCall& c, Stream stream) {
       {core::AccessFacts{a.y, static_cast<int>(dtype_size(c.y.dtype)), a.y_rows},
        core::AccessFacts{a.residual, rs, a.r_rows},
        core::AccessFacts{a.residual_out, rs, a.ro_rows}});
-  const core::RmsNormPlan plan =
-      core::plan_rms_norm(a.n, vec, xs, c.fused ? rs : 0, c.weight.defined());
+  const core::RmsNormPlan plan = core::plan_rms_norm(
+      a.n, vec, xs, c.fused ? rs : 0, c.weight.defined(), plan_rows, device_sm_count());
   a.weight_in_smem = plan.weight_in_smem;
   a.weight_vec = a.weight != nullptr && reinterpret_cast<uintptr_t>(a.weight) % 16 == 0;
   auto s = reinterpret_cast<cudaStream_t>(stream);
@@ -71,7 +74,7 @@ Status run_rms_norm(const core::RmsNormCall& c, Stream stream) {
       });
 }
 
-}  // namespace
+}  // namespace cuda
 
 Status rms_norm(const TensorRef& x, const TensorRef& weight, const TensorRef& y,
                 const TensorRef& rstd, const RmsNormParams& params, Stream stream) {
@@ -82,7 +85,7 @@ Status rms_norm(const TensorRef& x, const TensorRef& weight, const TensorRef& y,
   c.rstd = rstd;
   c.params = params;
   c.fused = false;
-  return run_rms_norm(c, stream);
+  return cuda::run_rms_norm(c, core::row_count(x), stream);
 }
 
 Status add_rms_norm(const TensorRef& x, const TensorRef& residual, const TensorRef& weight,
@@ -97,7 +100,7 @@ Status add_rms_norm(const TensorRef& x, const TensorRef& residual, const TensorR
   c.rstd = rstd;
   c.params = params;
   c.fused = true;
-  return run_rms_norm(c, stream);
+  return cuda::run_rms_norm(c, core::row_count(x), stream);
 }
 
 const char* rounding_name(Rounding rounding) {
