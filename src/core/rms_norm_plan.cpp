@@ -73,8 +73,9 @@ RmsNormPlan plan_rms_norm(int64_t n, int vec, int x_elem, int r_elem, bool has_w
     // values double the registers a vector needs) while at least kRowsMinThreads threads
     // remain, and further only when the row does not fit kRowsMaxThreads threads. With few
     // rows per SM a row's latency dominates and wider blocks finish it sooner (H200, N = 4096,
-    // bf16: M = 1 in 1.71 us at 512 x 1 against 2.50 at 128 x 4; M = 4096 in 19.9 us at
-    // 256 x 2 against 20.8; docs/performance.md).
+    // bf16, CUDA graphs: M = 1 in 2.01 us at 512 x 1 against 2.84 at 128 x 4; M = 512 in
+    // 3.67 us at 256 x 2 against 4.01 at 128 x 4, while M = 4096 takes 25.1 us at 256 x 2 and
+    // 21.9 at 128 x 4; docs/performance.md).
     int max_vpt = kMaxRegElems / vec;
     if (max_vpt > kMaxVpt) max_vpt = kMaxVpt;
     auto fits = [&](int vpt, int64_t threads) { return nvec <= threads * vpt; };

@@ -74,7 +74,7 @@ constexpr int64_t kFewRowsPerSm = 1;
 /// Block path: at most this many rows per multiprocessor take the middle split (at most
 /// kMidThreads threads per row, and no fewer vectors per thread than the widest split); more
 /// take the many-rows split (kRowsAimVpt vectors per thread).
-constexpr int64_t kMidRowsPerSm = 64;
+constexpr int64_t kMidRowsPerSm = 8;
 /// Threads per row of the middle split.
 constexpr int kMidThreads = 256;
 /// Row count that selects the many-rows split on any device (the planner's default).

@@ -94,7 +94,7 @@ TEST(CpuRmsNormPlan, PathsAndThreads) {
 }
 
 // The block path's split follows the rows per multiprocessor (132 SMs here): the widest split
-// for at most one row per SM, at most 256 threads up to 64 rows per SM, the many-rows split
+// for at most one row per SM, at most 256 threads up to 8 rows per SM, the many-rows split
 // beyond; the path itself never changes with the row count.
 TEST(CpuRmsNormPlan, BlockSplitFollowsRowsPerSm) {
   constexpr int kSms = 132;
@@ -110,17 +110,17 @@ TEST(CpuRmsNormPlan, BlockSplitFollowsRowsPerSm) {
       EXPECT_EQ(p.vpt, w.vpt) << n << " rows " << w.rows;
     }
   };
-  check(4096, 0, {{1, 512, 1}, {132, 512, 1}, {133, 256, 2}, {8448, 256, 2}, {8449, 128, 4}});
-  check(8192, 0, {{1, 512, 2}, {132, 512, 2}, {133, 256, 4}, {8449, 256, 4}});
-  check(4096, 2, {{1, 512, 1}, {133, 256, 2}, {8449, 256, 2}});
-  check(8192, 2, {{1, 512, 2}, {133, 512, 2}, {8449, 512, 2}});
-  check(4095, 0, {{1, 512, 1}, {133, 256, 2}, {8449, 128, 4}});
+  check(4096, 0, {{1, 512, 1}, {132, 512, 1}, {133, 256, 2}, {1056, 256, 2}, {1057, 128, 4}});
+  check(8192, 0, {{1, 512, 2}, {132, 512, 2}, {133, 256, 4}, {1057, 256, 4}});
+  check(4096, 2, {{1, 512, 1}, {133, 256, 2}, {1057, 256, 2}});
+  check(8192, 2, {{1, 512, 2}, {133, 512, 2}, {1057, 512, 2}});
+  check(4095, 0, {{1, 512, 1}, {133, 256, 2}, {1057, 128, 4}});
   // The default row count is the many-rows plan.
   const auto many = plan_rms_norm(4096, 8);
   EXPECT_EQ(many.threads, 128);
   EXPECT_EQ(many.vpt, 4);
   for (int64_t n : {64, 1024, 32768, 262144}) {
-    for (int64_t rows : {1, 133, 8449}) {
+    for (int64_t rows : {1, 133, 1057}) {
       EXPECT_EQ(plan_rms_norm(n, 8, 2, 0, true, rows, kSms).path, plan_rms_norm(n, 8).path) << n;
     }
   }

@@ -32,8 +32,8 @@ __device__ __forceinline__ float block_sum(float v, float* scratch) {
 }
 
 /// Split-invariant sum over the chunks of a 1-D block: thread t's partial k is that of chunk
-/// j = t + k * blockDim.x (blockDim.x a multiple of 32, K * blockDim.x <= 32 * 32 * 32 chunks).
-/// The order depends on the chunks only, never on blockDim.x or K:
+/// j = t + k * blockDim.x (blockDim.x a multiple of 32, at most kMaxThreads; K * blockDim.x <=
+/// 32 * 32 * 32 chunks). The order depends on the chunks only, never on blockDim.x or K:
 ///   S = sum_g G_g,  G_g = sum_l W_(32 g + l),  W_w = sum_l P_(32 w + l),
 /// each sum a 32-lane butterfly (warp_sum) in that index order, P_j chunk j's partial, and the
 /// outer sum over groups skipped when there is one group (a butterfly of one value and zeros
@@ -41,7 +41,7 @@ __device__ __forceinline__ float block_sum(float v, float* scratch) {
 /// sum unchanged). So every split of the same chunks (any blockDim.x x K) gives the same bits,
 /// those of block_sum at one chunk per thread. `scratch` holds K * blockDim.x / 32 floats of
 /// shared memory; the call synchronises the block twice, so it may be called repeatedly.
-template <int K>
+template <int K, int kMaxThreads>
 __device__ __forceinline__ float chunk_sum(float (&part)[K], float* scratch) {
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
@@ -55,14 +55,17 @@ __device__ __forceinline__ float chunk_sum(float (&part)[K], float* scratch) {
   __syncthreads();
   const int vwarps = nwarps * K;
   float total = warp_sum(lane < vwarps ? scratch[lane] : 0.0f);
-  if (vwarps > 32) {
-    float mine = lane == 0 ? total : 0.0f;
-    for (int g = 1; g * 32 < vwarps; ++g) {
-      const int w = g * 32 + lane;
-      const float group = warp_sum(w < vwarps ? scratch[w] : 0.0f);
-      if (lane == g) mine = group;
+  if constexpr (K * kMaxThreads > 32 * 32) {
+    if (vwarps > 32) {
+      float mine = lane == 0 ? total : 0.0f;
+#pragma unroll 1
+      for (int g = 1; g * 32 < vwarps; ++g) {
+        const int w = g * 32 + lane;
+        const float group = warp_sum(w < vwarps ? scratch[w] : 0.0f);
+        if (lane == g) mine = group;
+      }
+      total = warp_sum(mine);
     }
-    total = warp_sum(mine);
   }
   __syncthreads();
   return total;

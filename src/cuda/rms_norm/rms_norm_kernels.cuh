@@ -269,7 +269,7 @@ __device__ __forceinline__ void process_row(const RmsNormKernelArgs& a, int64_t 
 #pragma unroll
       for (int i = 0; i < V; ++i) part[k] += v[k][i] * v[k][i];
     }
-    sum_sq = chunk_sum(part, scratch);
+    sum_sq = chunk_sum<VPT, core::kRowsMaxThreads>(part, scratch);
   }
   const float rstd = rms_rstd(sum_sq, a.n, a.eps);
   if (a.rstd != nullptr && tid == 0) a.rstd[row] = rstd;
