@@ -15,6 +15,32 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
+/// K sums over the 32 lanes of a warp at once (K a power of two, at most 32), each with the
+/// pairing and operand order of warp_sum (so each has warp_sum's bits), in
+/// K - 1 + 5 - log2(K) shuffles instead of 5 K: at offsets 16, 8, ... a lane keeps the half of
+/// its values its offset bit selects (upper half when set) and sends the other half to its
+/// partner, which adds it to its own copy; once one value is left the butterfly goes on alone.
+/// Returns, in lane l, the total of value l / (32 / K).
+template <int K>
+__device__ __forceinline__ float warp_sum_scatter(float (&v)[K]) {
+  static_assert(K >= 1 && K <= 32 && (K & (K - 1)) == 0, "K: a power of two up to 32");
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int n = K, offset = 16; n > 1; n /= 2, offset /= 2) {
+    const bool upper = (lane & offset) != 0;
+#pragma unroll
+    for (int j = 0; j < n / 2; ++j) {
+      const float send = upper ? v[j] : v[n / 2 + j];
+      const float keep = upper ? v[n / 2 + j] : v[j];
+      v[j] = keep + __shfl_xor_sync(0xffffffffu, send, offset);
+    }
+  }
+  float t = v[0];
+#pragma unroll
+  for (int offset = 16 / K; offset > 0; offset >>= 1) t += __shfl_xor_sync(0xffffffffu, t, offset);
+  return t;
+}
+
 /// Sum over all threads of a 1-D block (blockDim.x a multiple of 32, at most 1024); every thread
 /// receives the total. `scratch` is 32 floats of shared memory; the call synchronises the block
 /// twice, so it may be called repeatedly with the same scratch.
@@ -39,19 +65,17 @@ __device__ __forceinline__ float block_sum(float v, float* scratch) {
 /// outer sum over groups skipped when there is one group (a butterfly of one value and zeros
 /// returns it exactly; absent chunks, virtual warps and groups count as +0, which leaves every
 /// sum unchanged). So every split of the same chunks (any blockDim.x x K) gives the same bits,
-/// those of block_sum at one chunk per thread. `scratch` holds K * blockDim.x / 32 floats of
+/// those of block_sum at one chunk per thread. The K first-level sums of a thread go through one
+/// warp_sum_scatter (same bits as K warp_sums). `scratch` holds K * blockDim.x / 32 floats of
 /// shared memory; the call synchronises the block twice, so it may be called repeatedly.
 template <int K, int kMaxThreads>
 __device__ __forceinline__ float chunk_sum(float (&part)[K], float* scratch) {
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
   const int nwarps = blockDim.x >> 5;
-#pragma unroll
-  for (int k = 0; k < K; ++k) part[k] = warp_sum(part[k]);
-  if (lane == 0) {
-#pragma unroll
-    for (int k = 0; k < K; ++k) scratch[warp + k * nwarps] = part[k];
-  }
+  constexpr int kLanesPerValue = 32 / K;
+  const float mine = warp_sum_scatter(part);  // partial lane / kLanesPerValue's virtual warp
+  if (lane % kLanesPerValue == 0) scratch[warp + lane / kLanesPerValue * nwarps] = mine;
   __syncthreads();
   const int vwarps = nwarps * K;
   float total = warp_sum(lane < vwarps ? scratch[lane] : 0.0f);
