@@ -204,6 +204,20 @@ int64_t persistent_grid(const void* k, int threads, int64_t T, int* per_sm) {
   CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   return std::min<int64_t>(T, static_cast<int64_t>(*per_sm) * sms);
 }
+// The next token's registers (heads, cos, sin) become the current ones.
+template <int KH, int V>
+__device__ __forceinline__ void next_round(RopeHeadRegs<bf16, V> (&cur)[KH],
+                                           const RopeHeadRegs<bf16, V> (&nxt)[KH], float (&cc)[V],
+                                           float (&cs)[V], const float (&nc)[V],
+                                           const float (&ns)[V]) {
+#pragma unroll
+  for (int u = 0; u < KH; ++u) cur[u] = nxt[u];
+#pragma unroll
+  for (int k = 0; k < V; ++k) {
+    cc[k] = nc[k];
+    cs[k] = ns[k];
+  }
+}
 // Software-pipelined variant (experiment): a persistent grid; thread row y of a block owns KH
 // heads, lane x one pair vector, slice z a token, then every gridDim.x * bz-th token after it.
 // The next token's head loads and cos/sin loads are issued before the current token is rotated
@@ -303,13 +317,7 @@ __global__ void __launch_bounds__(kBound256 ? 256 : kPipelinedThreads<KH>, MB)
     b = bn;
     s = sn;
     tp = tpn;
-#pragma unroll
-    for (int u = 0; u < KH; ++u) cur[u] = nxt[u];
-#pragma unroll
-    for (int k = 0; k < V; ++k) {
-      cc[k] = nc[k];
-      cs[k] = ns[k];
-    }
+    next_round<KH, V>(cur, nxt, cc, cs, nc, ns);
   }
 }
 template <int KH, int MB, bool kGSource = false, bool kGTokens = false, int kPos = 0,
@@ -385,13 +393,7 @@ __global__ void __launch_bounds__(kPipelinedThreads<2>, MB)
     if (!more) break;
     t = tn;
     tp = tpn;
-#pragma unroll
-    for (int u = 0; u < KH; ++u) cur[u] = nxt[u];
-#pragma unroll
-    for (int k = 0; k < V; ++k) {
-      cc[k] = nc[k];
-      cs[k] = ns[k];
-    }
+    next_round<KH, V>(cur, nxt, cc, cs, nc, ns);
   }
 }
 template <int MB>

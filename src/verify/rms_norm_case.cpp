@@ -160,22 +160,15 @@ RmsNormOutcome run_case(const RmsNormCase& c, const RmsNormInputs& in) {
                                    : TensorRef();
   const TensorRef rstd =
       c.save_rstd ? TensorRef(sb.get(), DType::kFloat32, {c.m}, {1}, Device::cuda(0)) : TensorRef();
+  TensorRef res, res_out;
+  if (c.fused) {
+    res = L.view(rb.get(), c.res_dtype);
+    res_out = c.in_place ? res : L.view(rob.get(), c.res_dtype);
+  }
   if (c.plan_rows > 0) {
-    core::RmsNormCall call;
-    call.x = x;
-    call.weight = w;
-    call.y = y;
-    call.rstd = rstd;
-    call.params = c.params;
-    call.fused = c.fused;
-    if (c.fused) {
-      call.residual = L.view(rb.get(), c.res_dtype);
-      call.residual_out = c.in_place ? call.residual : L.view(rob.get(), c.res_dtype);
-    }
+    const core::RmsNormCall call{x, res, w, y, res_out, rstd, c.params, c.fused};
     out.status = cuda::run_rms_norm(call, c.plan_rows, Stream{});
   } else if (c.fused) {
-    const TensorRef res = L.view(rb.get(), c.res_dtype);
-    const TensorRef res_out = c.in_place ? res : L.view(rob.get(), c.res_dtype);
     out.status = add_rms_norm(x, res, w, y, res_out, rstd, c.params);
   } else {
     out.status = rms_norm(x, w, y, rstd, c.params);

@@ -41,22 +41,6 @@ __device__ __forceinline__ float warp_sum_scatter(float (&v)[K]) {
   return t;
 }
 
-/// Sum over all threads of a 1-D block (blockDim.x a multiple of 32, at most 1024); every thread
-/// receives the total. `scratch` is 32 floats of shared memory; the call synchronises the block
-/// twice, so it may be called repeatedly with the same scratch.
-__device__ __forceinline__ float block_sum(float v, float* scratch) {
-  const int lane = threadIdx.x & 31;
-  const int warp = threadIdx.x >> 5;
-  const int nwarps = blockDim.x >> 5;
-  v = warp_sum(v);
-  if (lane == 0) scratch[warp] = v;
-  __syncthreads();
-  float t = lane < nwarps ? scratch[lane] : 0.0f;
-  t = warp_sum(t);
-  __syncthreads();
-  return t;
-}
-
 /// Split-invariant sum over the chunks of a 1-D block: thread t's partial k is that of chunk
 /// j = t + k * blockDim.x (blockDim.x a multiple of 32, at most kMaxThreads; K * blockDim.x <=
 /// 32 * 32 * 32 chunks). The order depends on the chunks only, never on blockDim.x or K:
@@ -65,7 +49,7 @@ __device__ __forceinline__ float block_sum(float v, float* scratch) {
 /// outer sum over groups skipped when there is one group (a butterfly of one value and zeros
 /// returns it exactly; absent chunks, virtual warps and groups count as +0, which leaves every
 /// sum unchanged). So every split of the same chunks (any blockDim.x x K) gives the same bits,
-/// those of block_sum at one chunk per thread. The K first-level sums of a thread go through one
+/// those of one chunk per thread (block_sum). The K first-level sums of a thread go through one
 /// warp_sum_scatter (same bits as K warp_sums). `scratch` holds K * blockDim.x / 32 floats of
 /// shared memory; the call synchronises the block twice, so it may be called repeatedly.
 template <int K, int kMaxThreads>
@@ -81,18 +65,27 @@ __device__ __forceinline__ float chunk_sum(float (&part)[K], float* scratch) {
   float total = warp_sum(lane < vwarps ? scratch[lane] : 0.0f);
   if constexpr (K * kMaxThreads > 32 * 32) {
     if (vwarps > 32) {
-      float mine = lane == 0 ? total : 0.0f;
+      float groups = lane == 0 ? total : 0.0f;  // lane g: group g's sum
 #pragma unroll 1
       for (int g = 1; g * 32 < vwarps; ++g) {
         const int w = g * 32 + lane;
         const float group = warp_sum(w < vwarps ? scratch[w] : 0.0f);
-        if (lane == g) mine = group;
+        if (lane == g) groups = group;
       }
-      total = warp_sum(mine);
+      total = warp_sum(groups);
     }
   }
   __syncthreads();
   return total;
+}
+
+/// Sum over all threads of a 1-D block (blockDim.x a multiple of 32, at most 1024); every thread
+/// receives the total: chunk_sum with one chunk per thread (one butterfly per warp, then one over
+/// the warps' sums). `scratch` is 32 floats of shared memory; the call synchronises the block
+/// twice, so it may be called repeatedly with the same scratch.
+__device__ __forceinline__ float block_sum(float v, float* scratch) {
+  float part[1] = {v};
+  return chunk_sum<1, 1024>(part, scratch);
 }
 
 }  // namespace ropenorm::cuda
