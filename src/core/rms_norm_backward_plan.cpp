@@ -38,12 +38,14 @@ RmsNormBwdPlan two_pass(int vec) {
 int64_t round_up(int64_t a, int64_t b) { return (a + b - 1) / b * b; }
 
 // Scratch, the weight slots (or, for rows of varying phase, the partials tables, never larger:
-// vpt * threads >= lanes) and the ring of one block. Both kinds of rows are charged the same, so
+// vpt * threads >= lanes), the rstd slots (one float per stage and thread) and the ring of one
+// block. Both kinds of rows are charged the same, so
 // the path and the thread layout (and so dx) never depend on the rows' phases.
 int64_t smem_bytes(const RmsNormBwdPlan& p, int ring_elem_bytes, bool has_weight) {
   const int64_t ring = static_cast<int64_t>(p.stages) * p.vpt * p.threads * p.vec * ring_elem_bytes;
   const int64_t own = static_cast<int64_t>(p.vpt) * p.threads * p.vec * 4;
-  return 32 * 4 + p.rows_per_block * ((has_weight ? own : 0) + ring);
+  const int64_t rstd = static_cast<int64_t>(p.stages) * p.threads * 4;
+  return 32 * 4 + p.rows_per_block * ((has_weight ? own : 0) + rstd + ring);
 }
 
 }  // namespace

@@ -1,4 +1,5 @@
-// Asynchronous global -> shared copies (cp.async, sm_80+): each thread copies 16-byte chunks it
+// Asynchronous global -> shared copies (cp.async, sm_80+): each thread copies 16-byte (or 4-byte)
+// chunks it
 // will read back itself, so only the thread's own wait is needed, never a block barrier.
 #pragma once
 
@@ -13,6 +14,13 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
 /// Starts a 16-byte copy global -> shared (both 16-byte aligned), bypassing L1.
 __device__ __forceinline__ void cp_async_16(void* smem_dst, const void* gmem_src) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(smem_dst)),
+               "l"(gmem_src)
+               : "memory");
+}
+
+/// Starts a 4-byte copy global -> shared (both 4-byte aligned), through L1.
+__device__ __forceinline__ void cp_async_4(void* smem_dst, const void* gmem_src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(smem_addr(smem_dst)),
                "l"(gmem_src)
                : "memory");
 }

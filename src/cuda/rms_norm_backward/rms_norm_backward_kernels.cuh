@@ -10,8 +10,8 @@
 //    elements, one per thread 0 .. E-1, and aligned V-element vectors; the phase is taken from
 //    the input with the smaller elements (the reference; the launcher checked that every other
 //    row tensor sits at the same phase). dy, x (and ds) stream through an S-stage ring in shared
-//    memory: a thread copies its own vectors of the row S-1 rows ahead with cp.async into its own
-//    slots (edge elements and the row's rstd into a register ring), so the ring needs no
+//    memory: a thread copies its own vectors of the row S-1 rows ahead, and the row's rstd, with
+//    cp.async into its own slots (edge elements into a register queue), so the ring needs no
 //    barrier. A row is read twice from the thread's slots: once for the sums, once for dx and
 //    dw. Each element of dx (and dresidual) is written by the thread that read the matching dy,
 //    x (and ds) elements, after reading them: dx may alias dy (or ds) exactly.
@@ -34,6 +34,7 @@
 
 #include <cstdint>
 #include <type_traits>
+#include <utility>
 
 #include "core/rms_norm_backward_plan.h"
 #include "cuda/common/async_copy.cuh"
@@ -57,6 +58,13 @@ __device__ __forceinline__ int bwd_row_phase(const RmsNormBwdKernelArgs& a, int6
   } else {
     return row_phase<Tin, V>(static_cast<const Tin*>(a.x) + a.x_rows.offset(row), a.n);
   }
+}
+
+/// Calls f(integral_constant<int, Q>) for Q in order while it returns true; true if every call
+/// did.
+template <int... Q, typename F>
+__device__ __forceinline__ bool in_order(std::integer_sequence<int, Q...>, F& f) {
+  return (f(std::integral_constant<int, Q>{}) && ...);
 }
 
 /// Column c's slot in the shared tables (ring kernels: n and the table fit in 32 bits).
@@ -93,7 +101,8 @@ __device__ __forceinline__ void bwd_row_scalars(const RmsNormBwdKernelArgs& a, f
 }
 
 /// Shared-memory ring of one warp (warp path) or block: per stage, per vector slot k, per
-/// thread, V elements of dy, then (second region) of x, then (third, when ds is given) of ds.
+/// thread, V elements of dy, then (second region) of x, then (third, when ds is given) of ds;
+/// apart from those, per stage and thread, the row's saved rstd.
 template <typename Tin, typename Tdy, int V, int VPT, int S>
 struct BwdRing {
   static constexpr int kDyBytes = V * sizeof(Tdy);
@@ -101,6 +110,7 @@ struct BwdRing {
   unsigned char* dy;
   unsigned char* x;
   unsigned char* ds;
+  float* rstd;
   int nthreads, tid;
   __device__ int64_t index(int s, int k) const {
     return static_cast<int64_t>(s * VPT + k) * nthreads + tid;
@@ -108,17 +118,18 @@ struct BwdRing {
   __device__ unsigned char* dy_slot(int s, int k) const { return dy + index(s, k) * kDyBytes; }
   __device__ unsigned char* x_slot(int s, int k) const { return x + index(s, k) * kXBytes; }
   __device__ unsigned char* ds_slot(int s, int k) const { return ds + index(s, k) * kXBytes; }
+  __device__ float* rstd_slot(int s) const { return rstd + s * nthreads + tid; }
 };
 
-/// A row's edge element and rstd, held in registers from issue to consume.
+/// A row's edge element, held in registers from issue to consume.
 template <typename Tin, typename Tdy>
 struct BwdEdge {
   typename Storage<Tdy>::type dy;
   typename Storage<Tin>::type x, ds;
-  float r = 0.0f;
 };
 
-/// Starts the copies of one row's share into stage s; loads its edge element and rstd.
+/// Starts the copies of one row's share (and its saved rstd) into stage s; loads its edge
+/// element.
 template <typename Tin, typename Tdy, int V, int VPT, int S>
 __device__ __forceinline__ void bwd_issue_row(const RmsNormBwdKernelArgs& a, int64_t row, int s,
                                               const BwdRing<Tin, Tdy, V, VPT, S>& ring,
@@ -146,7 +157,7 @@ __device__ __forceinline__ void bwd_issue_row(const RmsNormBwdKernelArgs& a, int
     e.x = load_elem(x, col);
     if (ds != nullptr) e.ds = load_elem(ds, col);
   }
-  if (a.rstd != nullptr) e.r = a.rstd[row];
+  if (a.rstd != nullptr) cp_async_4(ring.rstd_slot(s), a.rstd + row);
 }
 
 /// Index (in float4 units) of chunk c of vector k in a thread's own shared slots.
@@ -231,7 +242,7 @@ __device__ __forceinline__ void bwd_consume_row(const RmsNormBwdKernelArgs& a, i
     if (recompute) sum_sq += e_x * e_x;
   }
   float r, c;
-  bwd_row_scalars<kWarp>(a, sum_gx, sum_sq, e.r, scratch, &r, &c);
+  bwd_row_scalars<kWarp>(a, sum_gx, sum_sq, recompute ? 0.0f : *ring.rstd_slot(s), scratch, &r, &c);
 
   // Second look: dx (+ ds), and dy * xh into the partials.
   const int64_t dx_off = a.dx_rows.offset(row);
@@ -314,7 +325,8 @@ __device__ __forceinline__ void bwd_store_partials(float* dst, bool table, int l
 /// vectors per thread it is held to 64 registers (two 512-thread blocks per SM). Dynamic
 /// shared memory: 32 floats of scratch; with a weight, every thread's own weight slots (VPT * V
 /// floats each) or, for kSmemAcc, one partials table (lanes * V floats) per warp (warp path) or
-/// for the block; then per warp (or for the block) the ring's dy, x and ds regions.
+/// for the block; per warp (or for the block) S rstd slots per thread; then per warp (or for the
+/// block) the ring's dy, x and ds regions.
 template <typename Tin, typename Tdy, int V, int VPT, int S, bool kWarp, bool kSmemAcc>
 __global__ void __launch_bounds__(core::kBwdMaxThreads, VPT <= 2 ? 2 : 1)
     rms_norm_bwd_rows_kernel(const RmsNormBwdKernelArgs a) {
@@ -332,8 +344,8 @@ __global__ void __launch_bounds__(core::kBwdMaxThreads, VPT <= 2 ? 2 : 1)
   float* w_own = !kSmemAcc && has_w ? scratch + 32 + slice * own : nullptr;
   float* acc_base = scratch + 32 + (!kSmemAcc && has_w ? slices * own : 0);
   float* acc_tab = kSmemAcc ? acc_base + slice * table : nullptr;
-  unsigned char* ring_base =
-      reinterpret_cast<unsigned char*>(acc_base + (kSmemAcc ? slices * table : 0));
+  float* rstd_base = acc_base + (kSmemAcc ? slices * table : 0);
+  unsigned char* ring_base = reinterpret_cast<unsigned char*>(rstd_base + slices * S * nthreads);
   const int64_t dy_region = static_cast<int64_t>(S) * VPT * nthreads * R::kDyBytes;
   const int64_t x_region = static_cast<int64_t>(S) * VPT * nthreads * R::kXBytes;
   const int64_t slice_bytes = dy_region + x_region + (a.ds != nullptr ? x_region : 0);
@@ -343,6 +355,7 @@ __global__ void __launch_bounds__(core::kBwdMaxThreads, VPT <= 2 ? 2 : 1)
   ring.dy = ring_base + slice * slice_bytes;
   ring.x = ring.dy + dy_region;
   ring.ds = ring.x + x_region;
+  ring.rstd = rstd_base + slice * S * nthreads;
 
   const int64_t step = kWarp ? static_cast<int64_t>(gridDim.x) * blockDim.y : gridDim.x;
   const int64_t first_row =
@@ -402,24 +415,26 @@ __global__ void __launch_bounds__(core::kBwdMaxThreads, VPT <= 2 ? 2 : 1)
   }
   __syncthreads();
 
-  // Row it of this thread's sequence sits in stage it % S; its edge element and rstd in the
-  // register queue edge[0 .. S-1] (edge[0]: the row consumed next), shifted once per row so every
-  // index is static without unrolling the loop.
+  // Row it of this thread's sequence sits in stage it % S, its edge element and rstd in
+  // edge[it % S]. The loop body runs S rows, so every stage and queue index is a constant: the
+  // queue stays in registers and nothing waits for the loads of the rows ahead (a queue shifted
+  // once per row would have to wait for them before it moves their registers).
   int64_t row = first_row;
-#pragma unroll 1
-  for (int it = 0; row < a.m; ++it) {
-    const int s = it % S;
+  auto one_row = [&](auto stage) -> bool {
+    constexpr int q = decltype(stage)::value;
+    constexpr int q_ahead = (q + S - 1) % S;
+    if (row >= a.m) return false;
     const int64_t ahead = row + (S - 1) * step;
-    if (ahead < a.m) {
-      bwd_issue_row<Tin, Tdy, V, VPT, S>(a, ahead, (it + S - 1) % S, ring, edge[S - 1]);
-    }
+    if (ahead < a.m) bwd_issue_row<Tin, Tdy, V, VPT, S>(a, ahead, q_ahead, ring, edge[q_ahead]);
     cp_async_commit();
     cp_async_wait<S - 1>();
-    bwd_consume_row<Tin, Tdy, V, VPT, S, kWarp, kSmemAcc>(a, row, s, ring, w_own, wf_e, acc_tab,
-                                                          scratch, edge[0], acc, acc_e);
-#pragma unroll
-    for (int q = 0; q + 1 < S; ++q) edge[q] = edge[q + 1];
+    bwd_consume_row<Tin, Tdy, V, VPT, S, kWarp, kSmemAcc>(a, row, q, ring, w_own, wf_e, acc_tab,
+                                                          scratch, edge[q], acc, acc_e);
     row += step;
+    return true;
+  };
+#pragma unroll 1
+  while (in_order(std::make_integer_sequence<int, S>{}, one_row)) {
   }
 
   if (a.partials == nullptr) return;
