@@ -1,0 +1,245 @@
+// RMSNorm backward row-kernel experiment (H200): the public rms_norm_backward and
+// add_rms_norm_backward (bf16, contiguous rows, bf16 weight, saved rstd or recomputed) at
+// M = 4096 and 32768, N = 4096 and 8192, cold-L2 CUDA-event medians against the copy bandwidth of
+// the same run; built against two library versions it times one against the other. With the
+// argument "once" it runs each shape once (for a profiler); with "splits" it also times the
+// block-per-row ring kernel at every threads x vectors-per-thread split and ring depth that
+// fits (dx of each split against the production plan's at M = 4096: a different reduction
+// order, so within an ulp or two, never more). Question: what sets the time of a row in the
+// ring kernel, whose plain op at N = 4096 moves 60% of the fused add's bytes in the same time
+// (ncu at d0b65a9: 57% issue-slot use, about 425 warp instructions per row per warp at 512 x 1).
+// Not part of the build:
+//   nvcc -std=c++17 -O3 -gencode=arch=compute_90,code=sm_90 -Iinclude -Isrc \
+//        bench/experiments/rms_norm_backward_rows.cu build/libropenorm.a -o rms_norm_backward_rows
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "core/rms_norm_backward_plan.h"
+#include "core/row_layout.h"
+#include "cuda/common/column_sum.h"
+#include "cuda/common/dtype.cuh"
+#include "cuda/rms_norm_backward/rms_norm_backward_typed.h"
+#include "experiment_timing.cuh"
+#include "ropenorm/rms_norm.h"
+#include "ropenorm/rms_norm_backward.h"
+
+using namespace ropenorm;
+
+namespace {
+
+TensorRef rows(void* p, DType dt, int64_t m, int64_t n) {
+  return TensorRef::contiguous(p, dt, {m, n}, Device::cuda(0));
+}
+
+void fill(void* p, size_t count, unsigned seed) {
+  std::vector<uint16_t> h(count);
+  unsigned s = seed;
+  for (auto& v : h) {
+    s = s * 1664525u + 1013904223u;
+    v = static_cast<uint16_t>(0x3c00 + ((s >> 9) & 0x7ff) - 0x400);  // bf16 in about [0.25, 2)
+    if (s & 0x80000000u) v |= 0x8000;
+  }
+  CK(cudaMemcpy(p, h.data(), count * 2, cudaMemcpyHostToDevice));
+}
+
+void check(const Status& st, const char* what) {
+  if (!st.ok()) {
+    std::printf("%s: %s\n", what, st.message().c_str());
+    std::exit(1);
+  }
+}
+
+int ulp_dist(uint16_t a, uint16_t b) {
+  auto key = [](uint16_t u) { return (u & 0x8000) ? -(int)(u & 0x7fff) : (int)u; };
+  return std::abs(key(a) - key(b));
+}
+
+// Kernel arguments of contiguous bf16 rows [m, n]: dy, x (s), ds (fused add, else null), bf16
+// weight, saved rstd, dx, dres (fused add), dw partials.
+cuda::RmsNormBwdKernelArgs bwd_args(void* dy, void* x, void* ds, void* w, void* rstd, void* dx,
+                                    void* dres, void* ws, int64_t m, int64_t n) {
+  cuda::RmsNormBwdKernelArgs a{};
+  a.dy = dy;
+  a.x = x;
+  a.ds = ds;
+  a.weight = w;
+  a.rstd = static_cast<const float*>(rstd);
+  a.dx = dx;
+  a.dres = dres;
+  a.partials = static_cast<float*>(ws);
+  a.dy_rows = core::make_row_layout(rows(dy, DType::kBFloat16, m, n));
+  a.x_rows = a.ds_rows = a.dx_rows = a.dres_rows = a.dy_rows;
+  a.m = m;
+  a.n = n;
+  a.lanes = core::bwd_table_lanes(n, 8);
+  a.w_dtype = a.dx_dtype = a.dres_dtype = DType::kBFloat16;
+  a.eps = 1e-6f;
+  a.w_offset = 0.0f;
+  return a;
+}
+
+// The block-per-row ring plan at vpt vectors per thread and `stages` (nullopt-like: threads 0
+// when the split does not fit), smem as core::plan_rms_norm_backward charges it.
+core::RmsNormBwdPlan split_plan(int64_t n, int vpt, int stages, int ring_elem_bytes) {
+  core::RmsNormBwdPlan p;
+  p.path = core::RmsNormBwdPath::kBlockPerRow;
+  p.vec = 8;
+  p.vpt = vpt;
+  const int64_t lanes = core::bwd_table_lanes(n, 8);
+  p.threads = static_cast<int>((lanes + vpt - 1) / vpt + 31) / 32 * 32;
+  p.rows_per_block = 1;
+  p.stages = stages;
+  p.smem_acc = false;
+  const int64_t ring = static_cast<int64_t>(stages) * vpt * p.threads * 8 * ring_elem_bytes;
+  const int64_t own = static_cast<int64_t>(vpt) * p.threads * 8 * 4;
+  p.smem_bytes = 32 * 4 + own + static_cast<int64_t>(stages) * p.threads * 4 + ring;
+  if (p.threads > core::kBwdMaxThreads || p.threads * vpt < lanes ||
+      (p.threads - 32) * vpt >= lanes || p.smem_bytes > core::kBwdSmemBudgetWide) {
+    p.threads = 0;
+  }
+  return p;
+}
+
+void splits(void* x, void* dy, void* ds, void* dx, void* dres, void* w, void* dw, void* rstd,
+            void* ws, size_t ws_bytes) {
+  std::printf("\nblock-per-row ring kernel by split (rstd saved; us, cold L2)\n");
+  RmsNormParams fp;
+  fp.eps = 1e-6f;
+  RmsNormBackwardParams bp;
+  bp.eps = 1e-6f;
+  std::vector<uint16_t> ref, got;
+  for (int64_t n : {4096, 8192}) {
+    for (bool fused : {false, true}) {
+      for (int64_t m : {4096, 32768}) {
+        const TensorRef tx = rows(x, DType::kBFloat16, m, n);
+        const TensorRef tw = TensorRef::contiguous(w, DType::kBFloat16, {n}, Device::cuda(0));
+        const TensorRef tr = TensorRef::contiguous(rstd, DType::kFloat32, {m}, Device::cuda(0));
+        check(rms_norm(tx, tw, rows(dx, DType::kBFloat16, m, n), tr, fp), "rms_norm");
+        const TensorRef tws = TensorRef::contiguous(
+            ws, DType::kFloat32, {static_cast<int64_t>(ws_bytes / 4)}, Device::cuda(0));
+        const TensorRef tdw = TensorRef::contiguous(dw, DType::kBFloat16, {n}, Device::cuda(0));
+        const size_t count = static_cast<size_t>(m) * n;
+        const bool compare = m == 4096;
+        if (compare) {
+          if (fused) {
+            check(add_rms_norm_backward(rows(dy, DType::kBFloat16, m, n),
+                                        rows(ds, DType::kBFloat16, m, n), tx, tw, tr,
+                                        rows(dx, DType::kBFloat16, m, n),
+                                        rows(dres, DType::kBFloat16, m, n), tdw, tws, bp),
+                  "fused");
+          } else {
+            check(rms_norm_backward(rows(dy, DType::kBFloat16, m, n), tx, tw, tr,
+                                    rows(dx, DType::kBFloat16, m, n), tdw, tws, bp),
+                  "backward");
+          }
+          ref.resize(count);
+          CK(cudaMemcpy(ref.data(), dx, count * 2, cudaMemcpyDeviceToHost));
+        }
+        const cuda::RmsNormBwdKernelArgs a =
+            bwd_args(dy, x, fused ? ds : nullptr, w, rstd, dx, fused ? dres : nullptr, ws, m, n);
+        std::printf("%s N=%5lld M=%6lld:", fused ? "fused add" : "plain    ",
+                    static_cast<long long>(n), static_cast<long long>(m));
+        for (int vpt : {1, 2, 4, 8}) {
+          for (int stages : {4, 2}) {
+            const core::RmsNormBwdPlan p = split_plan(n, vpt, stages, fused ? 6 : 4);
+            if (p.threads == 0) continue;
+            auto run = [&] {
+              int64_t grid = 0;
+              check(cuda::launch_rms_norm_backward_typed<cuda::bf16, cuda::bf16>("split", a, p,
+                                                                                 nullptr, &grid),
+                    "split");
+              check(cuda::launch_column_sum("split", a.partials, grid, n, DType::kBFloat16, dw,
+                                            nullptr),
+                    "column sum");
+            };
+            const float t = time_med(run, true);
+            int worst = 0;
+            if (compare) {
+              got.resize(count);
+              CK(cudaMemcpy(got.data(), dx, count * 2, cudaMemcpyDeviceToHost));
+              for (size_t i = 0; i < count; ++i) worst = std::max(worst, ulp_dist(ref[i], got[i]));
+            }
+            std::printf("  %dx%d S%d %7.2f", p.threads, vpt, stages, t);
+            if (compare) std::printf(" (%d ulp)", worst);
+          }
+        }
+        std::printf("\n");
+      }
+    }
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const bool once = argc > 1 && std::strcmp(argv[1], "once") == 0;
+  const int64_t kMaxM = 32768, kMaxN = 8192;
+  const size_t elems = static_cast<size_t>(kMaxM) * kMaxN;
+  void *x, *dy, *ds, *dx, *dres, *w, *dw, *rstd, *ws;
+  CK(cudaMalloc(&x, elems * 2));
+  CK(cudaMalloc(&dy, elems * 2));
+  CK(cudaMalloc(&ds, elems * 2));
+  CK(cudaMalloc(&dx, elems * 2));
+  CK(cudaMalloc(&dres, elems * 2));
+  CK(cudaMalloc(&w, kMaxN * 2));
+  CK(cudaMalloc(&dw, kMaxN * 2));
+  CK(cudaMalloc(&rstd, kMaxM * 4));
+  fill(x, elems, 1);
+  fill(dy, elems, 2);
+  fill(ds, elems, 3);
+  fill(w, kMaxN, 4);
+  const size_t ws_bytes = rms_norm_backward_workspace_size(kMaxM, kMaxN, -1);
+  CK(cudaMalloc(&ws, ws_bytes));
+  const double copy = once ? 0.0 : copy_bandwidth_gbps(size_t{1} << 30);
+  if (!once) std::printf("copy bandwidth %.1f GB/s\n", copy);
+  RmsNormParams fp;
+  fp.eps = 1e-6f;
+  RmsNormBackwardParams bp;
+  bp.eps = 1e-6f;
+  for (int64_t n : {4096, 8192}) {
+    for (int64_t m : {4096, 32768}) {
+      const TensorRef tx = rows(x, DType::kBFloat16, m, n), tdy = rows(dy, DType::kBFloat16, m, n);
+      const TensorRef tds = rows(ds, DType::kBFloat16, m, n),
+                      tdx = rows(dx, DType::kBFloat16, m, n);
+      const TensorRef tdres = rows(dres, DType::kBFloat16, m, n);
+      const TensorRef tw = TensorRef::contiguous(w, DType::kBFloat16, {n}, Device::cuda(0));
+      const TensorRef tdw = TensorRef::contiguous(dw, DType::kBFloat16, {n}, Device::cuda(0));
+      const TensorRef tr = TensorRef::contiguous(rstd, DType::kFloat32, {m}, Device::cuda(0));
+      const TensorRef tws = TensorRef::contiguous(
+          ws, DType::kFloat32, {static_cast<int64_t>(ws_bytes / 4)}, Device::cuda(0));
+      check(rms_norm(tx, tw, tdx, tr, fp), "rms_norm");
+      const TensorRef none{};
+      auto plain = [&](bool saved) {
+        check(rms_norm_backward(tdy, tx, tw, saved ? tr : none, tdx, tdw, tws, bp), "backward");
+      };
+      auto fused = [&] {
+        check(add_rms_norm_backward(tdy, tds, tx, tw, tr, tdx, tdres, tdw, tws, bp), "fused");
+      };
+      if (once) {
+        plain(true);
+        fused();
+        CK(cudaDeviceSynchronize());
+        continue;
+      }
+      const double row_bytes = static_cast<double>(n) * 2;
+      const double plain_bytes = 3 * row_bytes * m, fused_bytes = 5 * row_bytes * m;
+      const float t_saved = time_med([&] { plain(true); }, true);
+      const float t_recomp = time_med([&] { plain(false); }, true);
+      const float t_fused = time_med(fused, true);
+      std::printf(
+          "N=%5lld M=%6lld  plain, rstd saved %8.2f us (%5.1f%%)  recomputed %8.2f us  "
+          "fused add %8.2f us (%5.1f%%)\n",
+          static_cast<long long>(n), static_cast<long long>(m), t_saved,
+          100.0 * plain_bytes / (t_saved * 1e3) / copy, t_recomp, t_fused,
+          100.0 * fused_bytes / (t_fused * 1e3) / copy);
+    }
+  }
+  if (argc > 1 && std::strcmp(argv[1], "splits") == 0)
+    splits(x, dy, ds, dx, dres, w, dw, rstd, ws, ws_bytes);
+  return 0;
+}
