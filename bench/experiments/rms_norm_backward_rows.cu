@@ -3,11 +3,13 @@
 // M = 4096 and 32768, N = 4096 and 8192, cold-L2 CUDA-event medians against the copy bandwidth of
 // the same run; built against two library versions it times one against the other. With the
 // argument "once" it runs each shape once (for a profiler); with "splits" it also times the
-// block-per-row ring kernel at every threads x vectors-per-thread split and ring depth that
-// fits (dx of each split against the production plan's at M = 4096: a different reduction
-// order, so within an ulp or two, never more). Question: what sets the time of a row in the
-// ring kernel, whose plain op at N = 4096 moves 60% of the fused add's bytes in the same time
-// (ncu at d0b65a9: 57% issue-slot use, about 425 warp instructions per row per warp at 512 x 1).
+// block-per-row ring kernel at every threads x vectors-per-thread split that fits (the most
+// elementwise ulps by which dx differs from the production plan's at M = 4096: a different
+// reduction order, amplified where g and xh * mean nearly cancel). Question: what sets the time
+// of a row in the ring kernel, whose plain op at N = 4096 moved 60% of the fused add's bytes in
+// the same time. Answered (bench/results/bwd-splits-*-nvidia-h200.log, docs/performance.md):
+// about 425 warp instructions per row per warp at 512 x 1 (ncu: 57% issue-slot use), so 4 vectors
+// per thread win at many rows, and a 2-stage ring beat a 4-stage one at every split.
 // Not part of the build:
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90,code=sm_90 -Iinclude -Isrc \
 //        bench/experiments/rms_norm_backward_rows.cu build/libropenorm.a -o rms_norm_backward_rows
@@ -144,8 +146,8 @@ void splits(void* x, void* dy, void* ds, void* dx, void* dres, void* w, void* dw
             bwd_args(dy, x, fused ? ds : nullptr, w, rstd, dx, fused ? dres : nullptr, ws, m, n);
         std::printf("%s N=%5lld M=%6lld:", fused ? "fused add" : "plain    ",
                     static_cast<long long>(n), static_cast<long long>(m));
-        for (int vpt : {1, 2, 4, 8}) {
-          for (int stages : {4, 2}) {
+        for (int vpt : {1, 2, 4}) {
+          for (int stages : {core::kBwdBlockStages}) {
             const core::RmsNormBwdPlan p = split_plan(n, vpt, stages, fused ? 6 : 4);
             if (p.threads == 0) continue;
             auto run = [&] {

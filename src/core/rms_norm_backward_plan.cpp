@@ -71,7 +71,7 @@ RmsNormBwdPlan plan_rms_norm_backward(int64_t n, int vec, bool uniform_phase, Bw
     p.path = RmsNormBwdPath::kWarpPerRow;
     p.threads = 32;
     p.vpt = lanes <= 32 ? 1 : (lanes <= 64 ? 2 : 4);
-    p.stages = 4;
+    p.stages = kBwdWarpStages;
     for (int r : {8, 4, 2, 1}) {
       p.rows_per_block = r;
       p.smem_bytes = smem_bytes(p, ring_elem_bytes, has_weight);
@@ -81,19 +81,19 @@ RmsNormBwdPlan plan_rms_norm_backward(int64_t n, int vec, bool uniform_phase, Bw
   }
   int max_vpt = kMaxRegElems / vec;
   if (max_vpt > kMaxVpt) max_vpt = kMaxVpt;
-  int vpt = 1;
-  while (vpt < max_vpt && lanes > static_cast<int64_t>(kBwdMaxThreads) * vpt) vpt *= 2;
+  // The most vectors per thread while at least kBwdMinThreads threads share the row: a row's
+  // fixed work (its pointers, phase and block reduction) is paid per thread.
+  int vpt = max_vpt;
+  while (vpt > 1 && (lanes + vpt - 1) / vpt < kBwdMinThreads) vpt /= 2;
   if (lanes > static_cast<int64_t>(kBwdMaxThreads) * vpt) return two_pass(vec);
   p.path = RmsNormBwdPath::kBlockPerRow;
   p.vpt = vpt;
   p.threads = static_cast<int>(round_up((lanes + vpt - 1) / vpt, 32));
   p.rows_per_block = 1;
+  p.stages = kBwdBlockStages;
   for (int64_t budget : {kBwdSmemBudget, kBwdSmemBudgetWide}) {
-    for (int stages : {4, 2}) {
-      p.stages = stages;
-      p.smem_bytes = smem_bytes(p, ring_elem_bytes, has_weight);
-      if (p.smem_bytes <= budget) return p;
-    }
+    p.smem_bytes = smem_bytes(p, ring_elem_bytes, has_weight);
+    if (p.smem_bytes <= budget) return p;
   }
   return two_pass(vec);
 }

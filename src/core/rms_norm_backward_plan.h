@@ -27,6 +27,12 @@ const char* rms_norm_bwd_path_name(RmsNormBwdPath path);
 
 /// Largest block of the backward kernels (their launch bound).
 constexpr int kBwdMaxThreads = 512;
+/// Fewest threads per row the block path aims for before it takes fewer vectors per thread.
+constexpr int kBwdMinThreads = 128;
+/// Ring depth of the warp path and of the block path (measured on H200, bf16, N = 4096 and 8192:
+/// a 4-stage block ring was slower than a 2-stage one at every split).
+constexpr int kBwdWarpStages = 4;
+constexpr int kBwdBlockStages = 2;
 /// Threads of a two-pass block.
 constexpr int kBwdTwoPassThreads = 512;
 /// Dynamic shared memory one ring-path block may use, so that two blocks fit on an sm_90 SM.

@@ -369,5 +369,33 @@ TEST(CpuRmsNormBackwardWorkspace, GridNeverExceedsTheBound) {
   }
 }
 
+TEST(CpuRmsNormBackwardPlan, BlockPathSplit) {
+  // The block path takes the most vectors per thread (kMaxRegElems values) while at least 128
+  // threads share the row, fewer below that, and a 2-stage ring; the warp path a 4-stage one.
+  struct Case {
+    int64_t n;
+    int vec, ring_bytes, vpt, threads;
+  };
+  for (const Case& k :
+       {Case{4096, 8, 4, 4, 128}, Case{8192, 8, 4, 4, 256}, Case{16384, 8, 4, 4, 512},
+        Case{2048, 8, 4, 2, 128}, Case{1536, 8, 4, 1, 192}, Case{4096, 4, 8, 8, 128},
+        Case{4095, 8, 4, 4, 128}, Case{4096, 8, 6, 4, 128}}) {
+    const core::RmsNormBwdPlan p =
+        core::plan_rms_norm_backward(k.n, k.vec, true, core::BwdKernels{}, k.ring_bytes, true);
+    EXPECT_EQ(p.path, core::RmsNormBwdPath::kBlockPerRow) << k.n;
+    EXPECT_EQ(p.vpt, k.vpt) << k.n << " " << k.vec;
+    EXPECT_EQ(p.threads, k.threads) << k.n << " " << k.vec;
+    EXPECT_EQ(p.stages, core::kBwdBlockStages) << k.n;
+    EXPECT_LE(p.smem_bytes, core::kBwdSmemBudgetWide) << k.n;
+  }
+  const core::RmsNormBwdPlan w =
+      core::plan_rms_norm_backward(1024, 8, true, core::BwdKernels{}, 4, true);
+  EXPECT_EQ(w.path, core::RmsNormBwdPath::kWarpPerRow);
+  EXPECT_EQ(w.stages, core::kBwdWarpStages);
+  // The fused add's 16384-column rows no longer fit the ring: two passes.
+  EXPECT_EQ(core::plan_rms_norm_backward(16384, 8, true, core::BwdKernels{}, 6, true).path,
+            core::RmsNormBwdPath::kTwoPass);
+}
+
 }  // namespace
 }  // namespace ropenorm

@@ -66,7 +66,7 @@ __device__ __forceinline__ float qk_bwd_group_sum(float v, int g) {
 }
 
 template <typename T, int V, int KS>
-__global__ void __launch_bounds__(core::kQkBwdThreads, KS <= 2 ? 3 : 1)
+__global__ void __launch_bounds__(core::kQkBwdThreads)
     qk_norm_rope_backward_kernel(const QkNormRopeBackwardArgs args) {
   extern __shared__ float qkb_smem[];
   const RopeKernelArgs& a = args.rope;
@@ -106,48 +106,36 @@ __global__ void __launch_bounds__(core::kQkBwdThreads, KS <= 2 ? 3 : 1)
     const bool is_q = hh < a.hq;
     const int local = is_q ? hh : hh - a.hq;
 
-    // Loads: the saved rstd, x and dout of this lane's slots, then the position and the cos/sin
-    // of its rotary slots, all in flight before the first use of any of them.
-    const float* rs = is_q ? args.q_rstd : args.k_rstd;
-    float r_saved = 0.0f;
-    RawVec<T, V> rxa[KS], rxb[KS], rga[KS], rgb[KS];
-    float c[KS][V], sn[KS][V];
+    // Loads: x and dout of this lane's slots, all in flight before first use.
+    float xa[KS][V], xb[KS][V], ga[KS][V], gb[KS][V];
     if (active) {
-      if (rs != nullptr) r_saved = rs[t * (is_q ? a.hq : a.hk) + local];
       const T* x = rope_head_ptr<T>(is_q ? a.q : a.k, b, s, local);
       const T* dy = rope_head_ptr<T>(is_q ? args.gq : args.gk, b, s, local);
 #pragma unroll
       for (int k = 0; k < KS; ++k) {
         const int m = sub + k * g;
-        rxa[k] = rxb[k] = rga[k] = rgb[k] = RawVec<T, V>{};
+        RawVec<T, V> rxa{}, rxb{}, rga{}, rgb{};
         if (m < args.slots) {
           int oa, ob;
           qk_bwd_slot_runs<V>(a, args.rot_slots, m, &oa, &ob);
-          load_raw<T, V>(x + oa, rxa[k]);
-          load_raw<T, V>(dy + oa, rga[k]);
+          load_raw<T, V>(x + oa, rxa);
+          load_raw<T, V>(dy + oa, rga);
           if (ob < d_head) {
-            load_raw<T, V>(x + ob, rxb[k]);
-            load_raw<T, V>(dy + ob, rgb[k]);
+            load_raw<T, V>(x + ob, rxb);
+            load_raw<T, V>(dy + ob, rgb);
           }
         }
-      }
-      const int64_t p = a.source == RopeSource::kGathered ? 0 : rope_position(a, b, s);
-#pragma unroll
-      for (int k = 0; k < KS; ++k) {
-        const int m = sub + k * g;
-        if (m < args.rot_slots) rope_cos_sin<V>(a, p, b, s, m * V, c[k], sn[k]);
+        widen<T, V>(rxa, xa[k]);
+        widen<T, V>(rxb, xb[k]);
+        widen<T, V>(rga, ga[k]);
+        widen<T, V>(rgb, gb[k]);
       }
     } else {
 #pragma unroll
-      for (int k = 0; k < KS; ++k) rxa[k] = rxb[k] = rga[k] = rgb[k] = RawVec<T, V>{};
-    }
-    float xa[KS][V], xb[KS][V], ga[KS][V], gb[KS][V];
+      for (int k = 0; k < KS; ++k) {
 #pragma unroll
-    for (int k = 0; k < KS; ++k) {
-      widen<T, V>(rxa[k], xa[k]);
-      widen<T, V>(rxb[k], xb[k]);
-      widen<T, V>(rga[k], ga[k]);
-      widen<T, V>(rgb[k], gb[k]);
+        for (int j = 0; j < V; ++j) xa[k][j] = xb[k][j] = ga[k][j] = gb[k][j] = 0.0f;
+      }
     }
 
     // r: the saved value, or recomputed exactly as the forward defines it.
@@ -162,21 +150,25 @@ __global__ void __launch_bounds__(core::kQkBwdThreads, KS <= 2 ? 3 : 1)
     }
     ss = qk_bwd_group_sum(ss, g);
     float r = rms_rstd(ss, d_head, args.eps);
-    if (active && rs != nullptr) r = r_saved;
+    const float* rs = is_q ? args.q_rstd : args.k_rstd;
+    if (active && rs != nullptr) r = rs[t * (is_q ? a.hq : a.hk) + local];
 
     // g_n = rope_inverse(dout) on the rotary slots (a.inverse is set: s_i arrives negated).
     if (active) {
+      const int64_t p = a.source == RopeSource::kGathered ? 0 : rope_position(a, b, s);
 #pragma unroll
       for (int k = 0; k < KS; ++k) {
         const int m = sub + k * g;
         if (m < args.rot_slots) {
+          float c[V], sn[V];
+          rope_cos_sin<V>(a, p, b, s, m * V, c, sn);
           if (a.gptj) {
 #pragma unroll
             for (int j = 0; j < V; ++j) {
               float& ra = rope_pick<V>(ga[k], gb[k], 2 * j);
               float& rb = rope_pick<V>(ga[k], gb[k], 2 * j + 1);
               float ya, yb;
-              rope_rotate_pair(ra, rb, c[k][j], sn[k][j], &ya, &yb);
+              rope_rotate_pair(ra, rb, c[j], sn[j], &ya, &yb);
               ra = ya;
               rb = yb;
             }
@@ -184,7 +176,7 @@ __global__ void __launch_bounds__(core::kQkBwdThreads, KS <= 2 ? 3 : 1)
 #pragma unroll
             for (int j = 0; j < V; ++j) {
               float ya, yb;
-              rope_rotate_pair(ga[k][j], gb[k][j], c[k][j], sn[k][j], &ya, &yb);
+              rope_rotate_pair(ga[k][j], gb[k][j], c[j], sn[j], &ya, &yb);
               ga[k][j] = ya;
               gb[k][j] = yb;
             }

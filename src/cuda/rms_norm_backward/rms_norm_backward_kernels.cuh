@@ -34,7 +34,6 @@
 
 #include <cstdint>
 #include <type_traits>
-#include <utility>
 
 #include "core/rms_norm_backward_plan.h"
 #include "cuda/common/async_copy.cuh"
@@ -58,13 +57,6 @@ __device__ __forceinline__ int bwd_row_phase(const RmsNormBwdKernelArgs& a, int6
   } else {
     return row_phase<Tin, V>(static_cast<const Tin*>(a.x) + a.x_rows.offset(row), a.n);
   }
-}
-
-/// Calls f(integral_constant<int, Q>) for Q in order while it returns true; true if every call
-/// did.
-template <int... Q, typename F>
-__device__ __forceinline__ bool in_order(std::integer_sequence<int, Q...>, F& f) {
-  return (f(std::integral_constant<int, Q>{}) && ...);
 }
 
 /// Column c's slot in the shared tables (ring kernels: n and the table fit in 32 bits).
@@ -415,26 +407,25 @@ __global__ void __launch_bounds__(core::kBwdMaxThreads, VPT <= 2 ? 2 : 1)
   }
   __syncthreads();
 
-  // Row it of this thread's sequence sits in stage it % S, its edge element and rstd in
-  // edge[it % S]. The loop body runs S rows, so every stage and queue index is a constant: the
-  // queue stays in registers and nothing waits for the loads of the rows ahead (a queue shifted
-  // once per row would have to wait for them before it moves their registers).
+  // Row it of this thread's sequence sits in stage it % S; its edge element in the register
+  // queue edge[0 .. S-1] (edge[0]: the row consumed next), shifted once per row so every index
+  // is static without unrolling the loop (the shift waits for the edge loads of the rows ahead;
+  // aligned rows have none; the rstd goes through the ring so that nothing else has to wait).
   int64_t row = first_row;
-  auto one_row = [&](auto stage) -> bool {
-    constexpr int q = decltype(stage)::value;
-    constexpr int q_ahead = (q + S - 1) % S;
-    if (row >= a.m) return false;
+#pragma unroll 1
+  for (int it = 0; row < a.m; ++it) {
+    const int s = it % S;
     const int64_t ahead = row + (S - 1) * step;
-    if (ahead < a.m) bwd_issue_row<Tin, Tdy, V, VPT, S>(a, ahead, q_ahead, ring, edge[q_ahead]);
+    if (ahead < a.m) {
+      bwd_issue_row<Tin, Tdy, V, VPT, S>(a, ahead, (it + S - 1) % S, ring, edge[S - 1]);
+    }
     cp_async_commit();
     cp_async_wait<S - 1>();
-    bwd_consume_row<Tin, Tdy, V, VPT, S, kWarp, kSmemAcc>(a, row, q, ring, w_own, wf_e, acc_tab,
-                                                          scratch, edge[q], acc, acc_e);
+    bwd_consume_row<Tin, Tdy, V, VPT, S, kWarp, kSmemAcc>(a, row, s, ring, w_own, wf_e, acc_tab,
+                                                          scratch, edge[0], acc, acc_e);
+#pragma unroll
+    for (int q = 0; q + 1 < S; ++q) edge[q] = edge[q + 1];
     row += step;
-    return true;
-  };
-#pragma unroll 1
-  while (in_order(std::make_integer_sequence<int, S>{}, one_row)) {
   }
 
   if (a.partials == nullptr) return;

@@ -57,19 +57,10 @@ Status launch_persistent(const char* op, Kernel kernel, const RmsNormBwdKernelAr
 template <typename Tin, typename Tdy, int V, int VPT, bool kWarp, bool kSmemAcc>
 Status launch_stages(const char* op, const RmsNormBwdKernelArgs& a, const core::RmsNormBwdPlan& p,
                      cudaStream_t s, int64_t* grid) {
-  switch (p.stages) {
-    case 4:
-      return launch_persistent(op, rms_norm_bwd_rows_kernel<Tin, Tdy, V, VPT, 4, kWarp, kSmemAcc>,
-                               a, p, s, grid);
-    case 2:
-      if constexpr (!kWarp) {
-        return launch_persistent(op, rms_norm_bwd_rows_kernel<Tin, Tdy, V, VPT, 2, kWarp, kSmemAcc>,
-                                 a, p, s, grid);
-      }
-      return bad_plan(op, "ring stages", p.stages);
-    default:
-      return bad_plan(op, "ring stages", p.stages);
-  }
+  constexpr int kStages = kWarp ? core::kBwdWarpStages : core::kBwdBlockStages;
+  if (p.stages != kStages) return bad_plan(op, "ring stages", p.stages);
+  return launch_persistent(op, rms_norm_bwd_rows_kernel<Tin, Tdy, V, VPT, kStages, kWarp, kSmemAcc>,
+                           a, p, s, grid);
 }
 
 template <typename Tin, typename Tdy, int V, bool kWarp, bool kSmemAcc>
