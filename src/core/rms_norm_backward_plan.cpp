@@ -81,10 +81,17 @@ RmsNormBwdPlan plan_rms_norm_backward(int64_t n, int vec, bool uniform_phase, Bw
   }
   int max_vpt = kMaxRegElems / vec;
   if (max_vpt > kMaxVpt) max_vpt = kMaxVpt;
-  // The most vectors per thread while at least kBwdMinThreads threads share the row: a row's
-  // fixed work (its pointers, phase and block reduction) is paid per thread.
   int vpt = max_vpt;
-  while (vpt > 1 && (lanes + vpt - 1) / vpt < kBwdMinThreads) vpt /= 2;
+  if (smem_acc) {
+    // Rows of varying phase (weights read per element, partials in a shared table): the widest
+    // block, the fastest for the fused add at N = 4095.
+    vpt = 1;
+    while (vpt < max_vpt && lanes > static_cast<int64_t>(kBwdMaxThreads) * vpt) vpt *= 2;
+  } else {
+    // The most vectors per thread while at least kBwdMinThreads threads share the row: a row's
+    // fixed work (its pointers, phase and block reduction) is paid per thread.
+    while (vpt > 1 && (lanes + vpt - 1) / vpt < kBwdMinThreads) vpt /= 2;
+  }
   if (lanes > static_cast<int64_t>(kBwdMaxThreads) * vpt) return two_pass(vec);
   p.path = RmsNormBwdPath::kBlockPerRow;
   p.vpt = vpt;
@@ -100,7 +107,7 @@ RmsNormBwdPlan plan_rms_norm_backward(int64_t n, int vec, bool uniform_phase, Bw
 
 int bwd_max_blocks_per_sm(int64_t n, RmsNormBwdPath path) {
   if (path == RmsNormBwdPath::kTwoPass) return n <= kBwdWideRow ? 2 : 1;
-  return n <= kBwdNarrowRow ? 4 : 2;
+  return kBwdRingBlocksPerSm;
 }
 
 int64_t bwd_max_parts(int64_t rows, int64_t n, int sm_count) {

@@ -39,9 +39,10 @@ constexpr int kBwdTwoPassThreads = 512;
 constexpr int64_t kBwdSmemBudget = 110 * 1024;
 /// Wider rows get less: one block per SM, nearly all of its shared memory.
 constexpr int64_t kBwdSmemBudgetWide = 200 * 1024;
-/// Rows up to this width run up to four blocks (partial rows) per SM, wider rows up to two, and
-/// two-pass rows wider than kBwdWideRow one.
-constexpr int64_t kBwdNarrowRow = 2048;
+/// The ring paths run up to four blocks (partial rows) per SM, as many as fit (a persistent grid
+/// that leaves room for more blocks is placed unevenly when it launches early behind another
+/// kernel), two-pass rows up to two, and two-pass rows wider than kBwdWideRow one.
+constexpr int kBwdRingBlocksPerSm = 4;
 constexpr int64_t kBwdWideRow = 16384;
 
 struct RmsNormBwdPlan {

@@ -338,7 +338,7 @@ TEST(CpuRmsNormBackwardWorkspace, SizeRules) {
   EXPECT_EQ(core::bwd_workspace_bytes(7, 0, 132), 0u);
   EXPECT_EQ(core::bwd_workspace_bytes(1, 4096, 132), 4096u * 4);
   EXPECT_EQ(core::bwd_workspace_bytes(7, 4096, 132), 7u * 4096 * 4);
-  EXPECT_EQ(core::bwd_workspace_bytes(32768, 4096, 132), 2u * 132 * 4096 * 4);
+  EXPECT_EQ(core::bwd_workspace_bytes(32768, 4096, 132), 4u * 132 * 4096 * 4);
   EXPECT_EQ(core::bwd_workspace_bytes(32768, 1024, 132), 4u * 132 * 1024 * 4);
   EXPECT_EQ(core::bwd_workspace_bytes(32768, 65536, 132), 132u * 65536 * 4);
   // Same for every M past the cap: the bound depends on the device, not on M.
@@ -370,8 +370,9 @@ TEST(CpuRmsNormBackwardWorkspace, GridNeverExceedsTheBound) {
 }
 
 TEST(CpuRmsNormBackwardPlan, BlockPathSplit) {
-  // The block path takes the most vectors per thread (kMaxRegElems values) while at least 128
-  // threads share the row, fewer below that, and a 2-stage ring; the warp path a 4-stage one.
+  // Rows at one phase: the block path takes the most vectors per thread (kMaxRegElems values)
+  // while at least 128 threads share the row, fewer below that, and a 2-stage ring; the warp path
+  // a 4-stage one.
   struct Case {
     int64_t n;
     int vec, ring_bytes, vpt, threads;
@@ -388,6 +389,13 @@ TEST(CpuRmsNormBackwardPlan, BlockPathSplit) {
     EXPECT_EQ(p.stages, core::kBwdBlockStages) << k.n;
     EXPECT_LE(p.smem_bytes, core::kBwdSmemBudgetWide) << k.n;
   }
+  // Rows of varying phase (shared-memory partials): the widest block.
+  const core::RmsNormBwdPlan v =
+      core::plan_rms_norm_backward(4095, 8, false, core::BwdKernels{}, 4, true);
+  EXPECT_TRUE(v.smem_acc);
+  EXPECT_EQ(v.vpt, 1);
+  EXPECT_EQ(v.threads, 512);
+  EXPECT_EQ(v.stages, core::kBwdBlockStages);
   const core::RmsNormBwdPlan w =
       core::plan_rms_norm_backward(1024, 8, true, core::BwdKernels{}, 4, true);
   EXPECT_EQ(w.path, core::RmsNormBwdPath::kWarpPerRow);
