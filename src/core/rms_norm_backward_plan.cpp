@@ -39,8 +39,8 @@ int64_t round_up(int64_t a, int64_t b) { return (a + b - 1) / b * b; }
 
 // Scratch, the weight slots (or, for rows of varying phase, the partials tables, never larger:
 // vpt * threads >= lanes), the rstd slots (one float per stage and thread) and the ring of one
-// block. Both kinds of rows are charged the same, so
-// the path and the thread layout (and so dx) never depend on the rows' phases.
+// block. Both kinds of rows are charged the same, so the path and the thread layout (and so dx)
+// never depend on the rows' phases beyond the choice of partials.
 int64_t smem_bytes(const RmsNormBwdPlan& p, int ring_elem_bytes, bool has_weight) {
   const int64_t ring = static_cast<int64_t>(p.stages) * p.vpt * p.threads * p.vec * ring_elem_bytes;
   const int64_t own = static_cast<int64_t>(p.vpt) * p.threads * p.vec * 4;
@@ -82,9 +82,11 @@ RmsNormBwdPlan plan_rms_norm_backward(int64_t n, int vec, bool uniform_phase, Bw
   int max_vpt = kMaxRegElems / vec;
   if (max_vpt > kMaxVpt) max_vpt = kMaxVpt;
   int vpt = max_vpt;
-  if (smem_acc) {
-    // Rows of varying phase (weights read per element, partials in a shared table): the widest
-    // block, the fastest for the fused add at N = 4095.
+  if (n % vec != 0) {
+    // Rows with edge elements (in a contiguous batch their 16-byte phase varies: the weight is
+    // read per element and the partials go through a shared table): the widest block, the
+    // fastest for the fused add at N = 4095. Decided from N, not from the rows' phases, so a
+    // row's split (and so its dx) is the same whether it comes alone or in a batch.
     vpt = 1;
     while (vpt < max_vpt && lanes > static_cast<int64_t>(kBwdMaxThreads) * vpt) vpt *= 2;
   } else {

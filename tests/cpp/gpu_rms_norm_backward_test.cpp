@@ -224,16 +224,29 @@ TEST(GpuRmsNormBackward, RunToRunDeterminism) {
   }
 }
 
-// A row's dx is bitwise the same whatever the number of rows in the call.
+// A row's dx is bitwise the same whatever the number of rows in the call: bf16 over the paths;
+// f32 (whose outputs show any change of the reduction order) for rows with edge elements and for
+// rows whose 16-byte phase varies only in a batch (a padded pitch: a single row has one phase).
 TEST(GpuRmsNormBackward, BatchInvariance) {
   ROPENORM_REQUIRE_GPU();
+  struct Width {
+    int64_t n;
+    DType dt;
+    int64_t pad;
+  };
+  const Width widths[] = {{64, DType::kBFloat16, 0},    {4096, DType::kBFloat16, 0},
+                          {4095, DType::kBFloat16, 0},  {8192, DType::kBFloat16, 0},
+                          {65536, DType::kBFloat16, 0}, {4095, DType::kFloat32, 0},
+                          {4096, DType::kFloat32, 1}};
   for (bool fused : {false, true}) {
     for (bool rstd : {true, false}) {
-      for (int64_t n : {64, 4096, 4095, 8192, 65536}) {
+      for (const Width& w : widths) {
+        const int64_t n = w.n;
         std::vector<std::vector<unsigned char>> first_rows;
         for (int64_t m : {1, 255, 4096}) {
           if (n >= 65536 && m > 255) continue;
-          RmsNormBackwardCase c = same_dtype(m, n, DType::kBFloat16, static_cast<uint64_t>(m + n));
+          RmsNormBackwardCase c = same_dtype(m, n, w.dt, static_cast<uint64_t>(m + n));
+          c.pitch_pad = w.pad;
           c.fused = fused;
           c.has_ds = fused;
           c.give_rstd = rstd;
@@ -261,7 +274,8 @@ TEST(GpuRmsNormBackward, BatchInvariance) {
           }
         }
         for (size_t i = 1; i < first_rows.size(); ++i) {
-          ASSERT_EQ(first_rows[0], first_rows[i]) << "n=" << n << " run " << i;
+          ASSERT_EQ(first_rows[0], first_rows[i])
+              << "n=" << n << " " << dtype_name(w.dt) << " pad=" << w.pad << " run " << i;
         }
       }
     }

@@ -370,9 +370,9 @@ TEST(CpuRmsNormBackwardWorkspace, GridNeverExceedsTheBound) {
 }
 
 TEST(CpuRmsNormBackwardPlan, BlockPathSplit) {
-  // Rows at one phase: the block path takes the most vectors per thread (kMaxRegElems values)
-  // while at least 128 threads share the row, fewer below that, and a 2-stage ring; the warp path
-  // a 4-stage one.
+  // Rows without edge elements: the block path takes the most vectors per thread (kMaxRegElems
+  // values) while at least 128 threads share the row, fewer below that, and a 2-stage ring; rows
+  // with edge elements the widest block; the warp path a 4-stage ring.
   struct Case {
     int64_t n;
     int vec, ring_bytes, vpt, threads;
@@ -380,7 +380,7 @@ TEST(CpuRmsNormBackwardPlan, BlockPathSplit) {
   for (const Case& k :
        {Case{4096, 8, 4, 4, 128}, Case{8192, 8, 4, 4, 256}, Case{16384, 8, 4, 4, 512},
         Case{2048, 8, 4, 2, 128}, Case{1536, 8, 4, 1, 192}, Case{4096, 4, 8, 8, 128},
-        Case{4095, 8, 4, 4, 128}, Case{4096, 8, 6, 4, 128}}) {
+        Case{4095, 8, 4, 1, 512}, Case{4096, 8, 6, 4, 128}}) {
     const core::RmsNormBwdPlan p =
         core::plan_rms_norm_backward(k.n, k.vec, true, core::BwdKernels{}, k.ring_bytes, true);
     EXPECT_EQ(p.path, core::RmsNormBwdPath::kBlockPerRow) << k.n;
@@ -389,13 +389,19 @@ TEST(CpuRmsNormBackwardPlan, BlockPathSplit) {
     EXPECT_EQ(p.stages, core::kBwdBlockStages) << k.n;
     EXPECT_LE(p.smem_bytes, core::kBwdSmemBudgetWide) << k.n;
   }
-  // Rows of varying phase (shared-memory partials): the widest block.
-  const core::RmsNormBwdPlan v =
-      core::plan_rms_norm_backward(4095, 8, false, core::BwdKernels{}, 4, true);
-  EXPECT_TRUE(v.smem_acc);
-  EXPECT_EQ(v.vpt, 1);
-  EXPECT_EQ(v.threads, 512);
-  EXPECT_EQ(v.stages, core::kBwdBlockStages);
+  // The split follows N alone: rows of one phase (a single row) and of varying phase (a batch,
+  // shared-memory partials) split alike, so dx does not change with the batch.
+  for (int64_t n : {4095, 4096, 8192, 8191}) {
+    const core::RmsNormBwdPlan one =
+        core::plan_rms_norm_backward(n, 8, true, core::BwdKernels{}, 4, true);
+    const core::RmsNormBwdPlan many =
+        core::plan_rms_norm_backward(n, 8, false, core::BwdKernels{}, 4, true);
+    EXPECT_FALSE(one.smem_acc);
+    EXPECT_TRUE(many.smem_acc);
+    EXPECT_EQ(one.path, many.path) << n;
+    EXPECT_EQ(one.vpt, many.vpt) << n;
+    EXPECT_EQ(one.threads, many.threads) << n;
+  }
   const core::RmsNormBwdPlan w =
       core::plan_rms_norm_backward(1024, 8, true, core::BwdKernels{}, 4, true);
   EXPECT_EQ(w.path, core::RmsNormBwdPath::kWarpPerRow);

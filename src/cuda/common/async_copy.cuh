@@ -1,6 +1,6 @@
-// Asynchronous global -> shared copies (cp.async, sm_80+): each thread copies 16-byte (or 4-byte)
-// chunks it
-// will read back itself, so only the thread's own wait is needed, never a block barrier.
+// Asynchronous global -> shared copies (cp.async, sm_80+): each thread copies 16-byte (or
+// 4-byte) chunks it will read back itself, so only the thread's own wait is needed, never a
+// block barrier.
 #pragma once
 
 #include <cstdint>
