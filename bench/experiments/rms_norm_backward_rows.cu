@@ -85,9 +85,9 @@ cuda::RmsNormBwdKernelArgs bwd_args(void* dy, void* x, void* ds, void* w, void* 
   return a;
 }
 
-// The block-per-row ring plan at vpt vectors per thread and `stages` (nullopt-like: threads 0
-// when the split does not fit), smem as core::plan_rms_norm_backward charges it.
-core::RmsNormBwdPlan split_plan(int64_t n, int vpt, int stages, int ring_elem_bytes) {
+// The block-per-row ring plan at vpt vectors per thread (threads 0 when the split does not
+// fit), shared memory as core::plan_rms_norm_backward charges it.
+core::RmsNormBwdPlan split_plan(int64_t n, int vpt, int ring_elem_bytes) {
   core::RmsNormBwdPlan p;
   p.path = core::RmsNormBwdPath::kBlockPerRow;
   p.vec = 8;
@@ -95,11 +95,9 @@ core::RmsNormBwdPlan split_plan(int64_t n, int vpt, int stages, int ring_elem_by
   const int64_t lanes = core::bwd_table_lanes(n, 8);
   p.threads = static_cast<int>((lanes + vpt - 1) / vpt + 31) / 32 * 32;
   p.rows_per_block = 1;
-  p.stages = stages;
+  p.stages = core::kBwdBlockStages;
   p.smem_acc = false;
-  const int64_t ring = static_cast<int64_t>(stages) * vpt * p.threads * 8 * ring_elem_bytes;
-  const int64_t own = static_cast<int64_t>(vpt) * p.threads * 8 * 4;
-  p.smem_bytes = 32 * 4 + own + static_cast<int64_t>(stages) * p.threads * 4 + ring;
+  p.smem_bytes = core::bwd_smem_bytes(p, ring_elem_bytes, true);
   if (p.threads > core::kBwdMaxThreads || p.threads * vpt < lanes ||
       (p.threads - 32) * vpt >= lanes || p.smem_bytes > core::kBwdSmemBudgetWide) {
     p.threads = 0;
@@ -147,28 +145,26 @@ void splits(void* x, void* dy, void* ds, void* dx, void* dres, void* w, void* dw
         std::printf("%s N=%5lld M=%6lld:", fused ? "fused add" : "plain    ",
                     static_cast<long long>(n), static_cast<long long>(m));
         for (int vpt : {1, 2, 4}) {
-          for (int stages : {core::kBwdBlockStages}) {
-            const core::RmsNormBwdPlan p = split_plan(n, vpt, stages, fused ? 6 : 4);
-            if (p.threads == 0) continue;
-            auto run = [&] {
-              int64_t grid = 0;
-              check(cuda::launch_rms_norm_backward_typed<cuda::bf16, cuda::bf16>("split", a, p,
-                                                                                 nullptr, &grid),
-                    "split");
-              check(cuda::launch_column_sum("split", a.partials, grid, n, DType::kBFloat16, dw,
-                                            nullptr),
-                    "column sum");
-            };
-            const float t = time_med(run, true);
-            int worst = 0;
-            if (compare) {
-              got.resize(count);
-              CK(cudaMemcpy(got.data(), dx, count * 2, cudaMemcpyDeviceToHost));
-              for (size_t i = 0; i < count; ++i) worst = std::max(worst, ulp_dist(ref[i], got[i]));
-            }
-            std::printf("  %dx%d S%d %7.2f", p.threads, vpt, stages, t);
-            if (compare) std::printf(" (%d ulp)", worst);
+          const core::RmsNormBwdPlan p = split_plan(n, vpt, fused ? 6 : 4);
+          if (p.threads == 0) continue;
+          auto run = [&] {
+            int64_t grid = 0;
+            check(cuda::launch_rms_norm_backward_typed<cuda::bf16, cuda::bf16>("split", a, p,
+                                                                               nullptr, &grid),
+                  "split");
+            check(cuda::launch_column_sum("split", a.partials, grid, n, DType::kBFloat16, dw,
+                                          nullptr),
+                  "column sum");
+          };
+          const float t = time_med(run, true);
+          int worst = 0;
+          if (compare) {
+            got.resize(count);
+            CK(cudaMemcpy(got.data(), dx, count * 2, cudaMemcpyDeviceToHost));
+            for (size_t i = 0; i < count; ++i) worst = std::max(worst, ulp_dist(ref[i], got[i]));
           }
+          std::printf("  %dx%d S%d %7.2f", p.threads, vpt, p.stages, t);
+          if (compare) std::printf(" (%d ulp)", worst);
         }
         std::printf("\n");
       }

@@ -37,18 +37,18 @@ RmsNormBwdPlan two_pass(int vec) {
 
 int64_t round_up(int64_t a, int64_t b) { return (a + b - 1) / b * b; }
 
+}  // namespace
+
 // Scratch, the weight slots (or, for rows of varying phase, the partials tables, never larger:
 // vpt * threads >= lanes), the rstd slots (one float per stage and thread) and the ring of one
 // block. Both kinds of rows are charged the same, so the path and the thread layout (and so dx)
 // never depend on the rows' phases beyond the choice of partials.
-int64_t smem_bytes(const RmsNormBwdPlan& p, int ring_elem_bytes, bool has_weight) {
+int64_t bwd_smem_bytes(const RmsNormBwdPlan& p, int ring_elem_bytes, bool has_weight) {
   const int64_t ring = static_cast<int64_t>(p.stages) * p.vpt * p.threads * p.vec * ring_elem_bytes;
   const int64_t own = static_cast<int64_t>(p.vpt) * p.threads * p.vec * 4;
   const int64_t rstd = static_cast<int64_t>(p.stages) * p.threads * 4;
   return 32 * 4 + p.rows_per_block * ((has_weight ? own : 0) + rstd + ring);
 }
-
-}  // namespace
 
 BwdKernels bwd_kernels_for(DType x_dtype, DType dy_dtype) {
   BwdKernels k;
@@ -74,7 +74,7 @@ RmsNormBwdPlan plan_rms_norm_backward(int64_t n, int vec, bool uniform_phase, Bw
     p.stages = kBwdWarpStages;
     for (int r : {8, 4, 2, 1}) {
       p.rows_per_block = r;
-      p.smem_bytes = smem_bytes(p, ring_elem_bytes, has_weight);
+      p.smem_bytes = bwd_smem_bytes(p, ring_elem_bytes, has_weight);
       if (p.smem_bytes <= kBwdSmemBudget) return p;
     }
     return two_pass(vec);
@@ -101,7 +101,7 @@ RmsNormBwdPlan plan_rms_norm_backward(int64_t n, int vec, bool uniform_phase, Bw
   p.rows_per_block = 1;
   p.stages = kBwdBlockStages;
   for (int64_t budget : {kBwdSmemBudget, kBwdSmemBudgetWide}) {
-    p.smem_bytes = smem_bytes(p, ring_elem_bytes, has_weight);
+    p.smem_bytes = bwd_smem_bytes(p, ring_elem_bytes, has_weight);
     if (p.smem_bytes <= budget) return p;
   }
   return two_pass(vec);

@@ -82,6 +82,11 @@ BwdKernels bwd_kernels_for(DType x_dtype, DType dy_dtype);
 RmsNormBwdPlan plan_rms_norm_backward(int64_t n, int vec, bool uniform_phase, BwdKernels kernels,
                                       int ring_elem_bytes, bool has_weight);
 
+/// Dynamic shared memory of one ring-path block of plan p (its path, vec, vpt, threads,
+/// rows_per_block and stages): scratch, weight slots or partials table, rstd slots and the ring
+/// (`ring_elem_bytes` per column and stage: dy + x, plus ds when present).
+int64_t bwd_smem_bytes(const RmsNormBwdPlan& p, int ring_elem_bytes, bool has_weight);
+
 /// Blocks per SM (= partial rows per SM) the grid may use for rows of width n.
 int bwd_max_blocks_per_sm(int64_t n, RmsNormBwdPath path);
 
