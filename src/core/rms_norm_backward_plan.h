@@ -6,7 +6,8 @@
 //
 // dw is reduced in two fixed-order stages: every block of a persistent grid keeps one fp32
 // partial row (its rows' dy * xh, summed in row order) and writes it to workspace row
-// blockIdx.x; the column sum then adds the partial rows in order 0, 1, ... .
+// blockIdx.x; the column sum (cuda/common/column_sum.h) then adds the partial rows in an order
+// fixed by their count.
 #pragma once
 
 #include <cstddef>

@@ -1,50 +1,111 @@
 // Deterministic column sums of fp32 partials (see column_sum.h for who owns what).
+#include <cstdint>
 #include <string>
 
 #include "core/dispatch.h"
 #include "cuda/common/column_sum.h"
 #include "cuda/common/dtype.cuh"
+#include "cuda/common/pdl.cuh"
 
 namespace ropenorm::cuda {
 namespace {
 
-constexpr int kLanes = 32;   // columns per block
-constexpr int kSlices = 8;   // partial-row slices per column
+constexpr int kThreads = 512;
+constexpr int kGroups = 8;                   // column groups per block
+constexpr int kSlices = kThreads / kGroups;  // partial-row slices per group
+constexpr int kWarps = kThreads / 32;        // a warp holds 32 / kGroups slices
+constexpr int kUnroll = 4;                   // partial rows loaded before they are added
 
-template <typename OutT>
-__global__ void __launch_bounds__(kLanes * kSlices)
-    column_sum_kernel(const float* __restrict__ partials, int64_t parts, int64_t cols,
-                      OutT* __restrict__ out) {
-  __shared__ float slice_sum[kSlices][kLanes];
-  const int lane = threadIdx.x % kLanes;
-  const int slice = threadIdx.x / kLanes;
-  const int64_t c = static_cast<int64_t>(blockIdx.x) * kLanes + lane;
-  float acc = 0.0f;
-  if (c < cols) {
-#pragma unroll 4
-    for (int64_t p = slice; p < parts; p += kSlices) acc += partials[p * cols + c];
-  }
-  slice_sum[slice][lane] = acc;
-  __syncthreads();
-  if (slice == 0 && c < cols) {
-    float total = slice_sum[0][lane];
-#pragma unroll
-    for (int j = 1; j < kSlices; ++j) total += slice_sum[j][lane];
-    out[c] = from_float<OutT>(total);
+template <int CV>
+__device__ __forceinline__ void load_cols(const float* __restrict__ p, float (&v)[CV]) {
+  if constexpr (CV == 4) {
+    const float4 q = __ldg(reinterpret_cast<const float4*>(p));
+    v[0] = q.x;
+    v[1] = q.y;
+    v[2] = q.z;
+    v[3] = q.w;
+  } else {
+    v[0] = __ldg(p);
   }
 }
+
+/// Sums the partial rows of this thread's slice in row order, kUnroll rows loaded at a time.
+template <int CV>
+__device__ __forceinline__ void slice_sum(const float* __restrict__ col, int64_t parts,
+                                          int64_t cols, int slice, float (&acc)[CV]) {
+  int64_t p = slice;
+  for (; p + (kUnroll - 1) * kSlices < parts; p += kUnroll * kSlices) {
+    float v[kUnroll][CV];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) load_cols<CV>(col + (p + u * kSlices) * cols, v[u]);
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+#pragma unroll
+      for (int i = 0; i < CV; ++i) acc[i] += v[u][i];
+    }
+  }
+  for (; p < parts; p += kSlices) {
+    float v[CV];
+    load_cols<CV>(col + p * cols, v);
+#pragma unroll
+    for (int i = 0; i < CV; ++i) acc[i] += v[i];
+  }
+}
+
+template <typename OutT, int CV>
+__global__ void __launch_bounds__(kThreads)
+    column_sum_kernel(const float* __restrict__ partials, int64_t parts, int64_t cols,
+                      OutT* __restrict__ out) {
+  __shared__ float warp_sums[kWarps][kGroups * CV];
+  const int group = threadIdx.x % kGroups;
+  const int slice = threadIdx.x / kGroups;
+  const int64_t block_col = static_cast<int64_t>(blockIdx.x) * kGroups * CV;
+  const int64_t c = block_col + group * CV;
+  float acc[CV];
+#pragma unroll
+  for (int i = 0; i < CV; ++i) acc[i] = 0.0f;
+  griddep_wait();
+  // CV = 4 only when cols % 4 == 0: a group is in range whole or not at all.
+  if (c < cols && parts > 0) slice_sum<CV>(partials + c, parts, cols, slice, acc);
+  griddep_launch_dependents();
+#pragma unroll
+  for (int i = 0; i < CV; ++i) {
+    acc[i] += __shfl_xor_sync(0xffffffffu, acc[i], kGroups);
+    acc[i] += __shfl_xor_sync(0xffffffffu, acc[i], 2 * kGroups);
+  }
+  const int lane = threadIdx.x % 32;
+  if (lane < kGroups) {
+#pragma unroll
+    for (int i = 0; i < CV; ++i) warp_sums[threadIdx.x / 32][lane * CV + i] = acc[i];
+  }
+  __syncthreads();
+  const int t = threadIdx.x;
+  if (t < kGroups * CV && block_col + t < cols) {
+    float total = warp_sums[0][t];
+#pragma unroll
+    for (int w = 1; w < kWarps; ++w) total += warp_sums[w][t];
+    out[block_col + t] = from_float<OutT>(total);
+  }
+}
+
+static_assert(32 % kGroups == 0 && 32 / kGroups == 4, "the warp butterfly adds 4 slices");
 
 }  // namespace
 
 Status launch_column_sum(const char* op, const float* partials, int64_t parts, int64_t cols,
                          DType out_dtype, void* out, cudaStream_t stream) {
   if (cols <= 0) return Status::Ok();
+  const bool wide = cols % 4 == 0 && reinterpret_cast<uintptr_t>(partials) % 16 == 0;
   return core::dispatch_float_dtype<f16, bf16>(out_dtype, op, "dw", [&](auto tag) -> Status {
     using OutT = typename decltype(tag)::type;
-    const int64_t blocks = (cols + kLanes - 1) / kLanes;
-    column_sum_kernel<OutT><<<static_cast<unsigned>(blocks), kLanes * kSlices, 0, stream>>>(
-        partials, parts, cols, static_cast<OutT*>(out));
-    const cudaError_t err = cudaGetLastError();
+    const int cv = wide ? 4 : 1;
+    const int64_t per_block = static_cast<int64_t>(kGroups) * cv;
+    const dim3 grid(static_cast<unsigned>((cols + per_block - 1) / per_block));
+    auto* o = static_cast<OutT*>(out);
+    const cudaError_t err = wide ? launch_with_pdl(column_sum_kernel<OutT, 4>, grid, dim3(kThreads),
+                                                   0, stream, partials, parts, cols, o)
+                                 : launch_with_pdl(column_sum_kernel<OutT, 1>, grid, dim3(kThreads),
+                                                   0, stream, partials, parts, cols, o);
     if (err != cudaSuccess) {
       return Status(StatusCode::kDeviceError,
                     std::string(op) + ": dw reduction launch failed: " + cudaGetErrorString(err));
