@@ -157,6 +157,49 @@ __device__ __forceinline__ int bwd_own_chunk(int k, int c, int chunks, int tid, 
   return (k * chunks + c) * nthreads + tid;
 }
 
+/// Stages a thread's own weight factors (w + o) for rows at phase p: every load issued before
+/// the first shared-memory store (16-byte vectors where the weight's alignment at p allows), so
+/// the block waits for one round trip, not one per vector. Returns the factor of the thread's
+/// edge column (1 when it has none).
+template <int V, int VPT>
+__device__ __forceinline__ float bwd_stage_own_weights(const RmsNormBwdKernelArgs& a, float* own,
+                                                       int p, int tid, int nthreads) {
+  const int nbody = static_cast<int>((a.n - p) / V);
+  const int edges = static_cast<int>(a.n - static_cast<int64_t>(nbody) * V);
+  const int wsize = a.w_dtype == DType::kFloat32 ? 4 : 2;
+  const int align = V * wsize < 16 ? V * wsize : 16;
+  // Column p + j * V sits at the alignment of column p: j * V * wsize is a multiple of align.
+  const bool vec =
+      (reinterpret_cast<uintptr_t>(a.weight) + static_cast<uintptr_t>(p) * wsize) % align == 0;
+  float w[VPT][V];
+#pragma unroll
+  for (int k = 0; k < VPT; ++k) {
+    const int64_t col = p + static_cast<int64_t>(tid + k * nthreads) * V;
+    if (tid + k * nthreads < nbody) {
+      if (vec) {
+        load_pack_dyn<V>(a.weight, a.w_dtype, col, w[k]);
+      } else {
+#pragma unroll
+        for (int i = 0; i < V; ++i) w[k][i] = load_dyn(a.weight, a.w_dtype, col + i);
+      }
+    }
+  }
+  const float wf_e =
+      tid < edges ? load_dyn(a.weight, a.w_dtype, edge_col(tid, p, nbody, V)) + a.w_offset : 1.0f;
+#pragma unroll
+  for (int k = 0; k < VPT; ++k) {
+    if (tid + k * nthreads < nbody) {
+#pragma unroll
+      for (int c = 0; c < V / 4; ++c) {
+        reinterpret_cast<float4*>(own)[bwd_own_chunk(k, c, V / 4, tid, nthreads)] =
+            make_float4(w[k][4 * c] + a.w_offset, w[k][4 * c + 1] + a.w_offset,
+                        w[k][4 * c + 2] + a.w_offset, w[k][4 * c + 3] + a.w_offset);
+      }
+    }
+  }
+  return wf_e;
+}
+
 /// Weight factors (w + o) of a thread's vector k, columns col .. col + V - 1 of the row: from its
 /// own shared slots `own` (uniform phase; V / 4 float4 chunks per vector, consecutive threads in
 /// consecutive chunks), from global memory (kSmemAcc: the columns move with the row's phase; the
@@ -291,15 +334,23 @@ __device__ __forceinline__ void bwd_consume_row(const RmsNormBwdKernelArgs& a, i
 }
 
 /// Writes a thread's register partials of a row at phase p into the row `dst` at the columns
-/// the thread owns (table: at their table slots instead of their column indices).
+/// the thread owns (table: at their table slots instead of their column indices), as 16-byte
+/// vectors where the row's column p is 16-byte aligned.
 template <int V, int VPT>
 __device__ __forceinline__ void bwd_store_partials(float* dst, bool table, int lanes, int p,
                                                    int nbody, int edges, int tid, int nthreads,
                                                    const float (&acc)[VPT][V], float acc_e) {
+  const bool vec = !table && V % 4 == 0 && reinterpret_cast<uintptr_t>(dst + p) % 16 == 0;
 #pragma unroll
   for (int k = 0; k < VPT; ++k) {
     const int j = tid + k * nthreads;
-    if (j < nbody) {
+    if (j < nbody && vec) {
+#pragma unroll
+      for (int c = 0; c < V / 4; ++c) {
+        reinterpret_cast<float4*>(dst + p + j * V)[c] =
+            make_float4(acc[k][4 * c], acc[k][4 * c + 1], acc[k][4 * c + 2], acc[k][4 * c + 3]);
+      }
+    } else if (j < nbody) {
 #pragma unroll
       for (int i = 0; i < V; ++i) {
         const int col = p + j * V + i;
@@ -379,27 +430,7 @@ __global__ void __launch_bounds__(core::kBwdMaxThreads, VPT <= 2 ? 2 : 1)
   if constexpr (!kSmemAcc) {
     if (has_w) {
       const int p = bwd_row_phase<Tin, Tdy, V>(a, first_row < a.m ? first_row : 0);
-      const int nbody = static_cast<int>((a.n - p) / V);
-      const int edges = static_cast<int>(a.n - static_cast<int64_t>(nbody) * V);
-#pragma unroll
-      for (int k = 0; k < VPT; ++k) {
-        const int j = ring.tid + k * nthreads;
-        if (j < nbody) {
-#pragma unroll
-          for (int c = 0; c < V / 4; ++c) {
-            float q[4];
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-              q[i] = load_dyn(a.weight, a.w_dtype, p + j * V + 4 * c + i) + a.w_offset;
-            }
-            reinterpret_cast<float4*>(w_own)[bwd_own_chunk(k, c, V / 4, ring.tid, nthreads)] =
-                make_float4(q[0], q[1], q[2], q[3]);
-          }
-        }
-      }
-      if (ring.tid < edges) {
-        wf_e = load_dyn(a.weight, a.w_dtype, edge_col(ring.tid, p, nbody, V)) + a.w_offset;
-      }
+      wf_e = bwd_stage_own_weights<V, VPT>(a, w_own, p, ring.tid, nthreads);
     }
   }
   if constexpr (kSmemAcc) {
