@@ -132,7 +132,8 @@ RmsNormBackwardOutcome run_backward_case(const RmsNormBackwardCase& c,
     dwb = DeviceBuffer(static_cast<size_t>(c.storage_offset + c.n) * dtype_size(c.w_dtype));
     dwb.poison();
     const size_t ws_bytes = rms_norm_backward_workspace_size(c.m, c.n);
-    wsb = DeviceBuffer(std::max<size_t>(ws_bytes, 4));
+    // At the storage offset too (in floats): a workspace that is not 16-byte aligned.
+    wsb = DeviceBuffer(std::max<size_t>(ws_bytes, 4) + static_cast<size_t>(c.storage_offset) * 4);
     wsb.poison();
   }
   if (c.give_rstd) {
@@ -151,8 +152,9 @@ RmsNormBackwardOutcome run_backward_case(const RmsNormBackwardCase& c,
   const TensorRef dw =
       want_dw ? TensorRef(dwb.at(c.storage_offset, c.w_dtype), c.w_dtype, {c.n}, {1}, dev)
               : TensorRef();
-  const TensorRef ws = want_dw ? TensorRef::contiguous(wsb.get(), DType::kFloat32,
-                                                       {static_cast<int64_t>(wsb.size() / 4)}, dev)
+  const TensorRef ws = want_dw ? TensorRef::contiguous(
+                                     wsb.at(c.storage_offset, DType::kFloat32), DType::kFloat32,
+                                     {static_cast<int64_t>(wsb.size() / 4 - c.storage_offset)}, dev)
                                : TensorRef();
   const TensorRef rstd =
       c.give_rstd ? TensorRef(rb.get(), DType::kFloat32, {c.m}, {1}, dev) : TensorRef();
