@@ -59,6 +59,40 @@ __device__ __forceinline__ int64_t qk_bwd_div(int64_t a, int64_t b) {
   return a / b;
 }
 
+/// V consecutive floats of shared memory at p (a run's weight factors or dw partials), as
+/// 16-byte accesses when V is a multiple of 4 (runs start at multiples of V, tables at 16-byte
+/// aligned offsets).
+template <int V>
+__device__ __forceinline__ void smem_run(const float* p, float (&v)[V]) {
+  if constexpr (V % 4 == 0) {
+#pragma unroll
+    for (int c = 0; c < V / 4; ++c) {
+      const float4 q = reinterpret_cast<const float4*>(p)[c];
+      v[4 * c] = q.x;
+      v[4 * c + 1] = q.y;
+      v[4 * c + 2] = q.z;
+      v[4 * c + 3] = q.w;
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < V; ++i) v[i] = p[i];
+  }
+}
+
+template <int V>
+__device__ __forceinline__ void smem_store_run(float* p, const float (&v)[V]) {
+  if constexpr (V % 4 == 0) {
+#pragma unroll
+    for (int c = 0; c < V / 4; ++c) {
+      reinterpret_cast<float4*>(p)[c] =
+          make_float4(v[4 * c], v[4 * c + 1], v[4 * c + 2], v[4 * c + 3]);
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < V; ++i) p[i] = v[i];
+  }
+}
+
 /// Sum over the G lanes of a group (butterfly; every lane of the warp takes part).
 __device__ __forceinline__ float qk_bwd_group_sum(float v, int g) {
   for (int off = g >> 1; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
@@ -68,7 +102,7 @@ __device__ __forceinline__ float qk_bwd_group_sum(float v, int g) {
 template <typename T, int V, int KS>
 __global__ void __launch_bounds__(core::kQkBwdThreads)
     qk_norm_rope_backward_kernel(const QkNormRopeBackwardArgs args) {
-  extern __shared__ float qkb_smem[];
+  extern __shared__ __align__(16) float qkb_smem[];
   const RopeKernelArgs& a = args.rope;
   const int d_head = a.head_dim;
   const int g = args.group;
@@ -194,12 +228,15 @@ __global__ void __launch_bounds__(core::kQkBwdThreads)
       int oa = 0, ob = 0;
       if (m < args.slots) qk_bwd_slot_runs<V>(a, args.rot_slots, m, &oa, &ob);
       const bool has_b = m < args.slots && ob < d_head;
+      float wa[V] = {}, wb[V] = {};
+      if (m < args.slots) smem_run<V>(w + oa, wa);
+      if (has_b) smem_run<V>(w + ob, wb);
 #pragma unroll
       for (int j = 0; j < V; ++j) {
         xa[k][j] *= r;
         xb[k][j] *= r;
-        if (m < args.slots) dot = __fmaf_rn(ga[k][j] * w[oa + j], xa[k][j], dot);
-        if (has_b) dot = __fmaf_rn(gb[k][j] * w[ob + j], xb[k][j], dot);
+        if (m < args.slots) dot = __fmaf_rn(ga[k][j] * wa[j], xa[k][j], dot);
+        if (has_b) dot = __fmaf_rn(gb[k][j] * wb[j], xb[k][j], dot);
       }
     }
     dot = qk_bwd_group_sum(dot, g);
@@ -214,19 +251,28 @@ __global__ void __launch_bounds__(core::kQkBwdThreads)
         if (m < args.slots) {
           int oa, ob;
           qk_bwd_slot_runs<V>(a, args.rot_slots, m, &oa, &ob);
-          float da[V], db[V];
+          const bool has_b = ob < d_head;
+          float da[V], db[V], wa[V], wb[V] = {};
+          smem_run<V>(w + oa, wa);
+          if (has_b) smem_run<V>(w + ob, wb);
 #pragma unroll
           for (int j = 0; j < V; ++j) {
-            da[j] = qk_bwd_dx(ga[k][j] * w[oa + j], xa[k][j], mean, r);
-            db[j] = qk_bwd_dx(gb[k][j] * w[ob + j], xb[k][j], mean, r);
+            da[j] = qk_bwd_dx(ga[k][j] * wa[j], xa[k][j], mean, r);
+            db[j] = qk_bwd_dx(gb[k][j] * wb[j], xb[k][j], mean, r);
           }
           store_pack<T, V>(dx + oa, da);
-          if (ob < d_head) store_pack<T, V>(dx + ob, db);
+          if (has_b) store_pack<T, V>(dx + ob, db);
           if (want_dw) {
+            float pa[V], pb[V];
+            smem_run<V>(wacc + oa, pa);
 #pragma unroll
-            for (int j = 0; j < V; ++j) {
-              wacc[oa + j] = qk_bwd_dw_add(wacc[oa + j], ga[k][j], xa[k][j]);
-              if (ob < d_head) wacc[ob + j] = qk_bwd_dw_add(wacc[ob + j], gb[k][j], xb[k][j]);
+            for (int j = 0; j < V; ++j) pa[j] = qk_bwd_dw_add(pa[j], ga[k][j], xa[k][j]);
+            smem_store_run<V>(wacc + oa, pa);
+            if (has_b) {
+              smem_run<V>(wacc + ob, pb);
+#pragma unroll
+              for (int j = 0; j < V; ++j) pb[j] = qk_bwd_dw_add(pb[j], gb[k][j], xb[k][j]);
+              smem_store_run<V>(wacc + ob, pb);
             }
           }
         }
