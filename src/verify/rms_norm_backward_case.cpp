@@ -66,6 +66,8 @@ std::string describe(const RmsNormBackwardCase& c) {
   if (c.params.weight_offset != 0.0f) os << " offset=" << c.params.weight_offset;
   if (c.pitch_pad) os << " pad=" << c.pitch_pad;
   if (c.storage_offset) os << " off=" << c.storage_offset;
+  if (c.weight_offset >= 0) os << " w_off=" << c.weight_offset;
+  if (c.workspace_offset >= 0) os << " ws_off=" << c.workspace_offset;
   if (c.batch) os << " batch=" << c.batch;
   if (c.in_place) os << " in-place";
   if (c.fill == Fill::kZero) os << " zero-rows";
@@ -113,6 +115,8 @@ RmsNormBackwardOutcome run_backward_case(const RmsNormBackwardCase& c,
   const DType dx_dtype = c.in_place ? c.dy_dtype : c.dx_dtype;
   const DType dres_dtype = dres_in_ds ? c.x_dtype : c.dres_dtype;
   const Device dev = Device::cuda(0);
+  const int64_t woff = c.weight_offset >= 0 ? c.weight_offset : c.storage_offset;
+  const int64_t wsoff = c.workspace_offset >= 0 ? c.workspace_offset : c.storage_offset;
 
   DeviceBuffer dyb = upload_image(place(in.dy, L));
   DeviceBuffer xb = upload_image(place(in.x, L));
@@ -126,14 +130,14 @@ RmsNormBackwardOutcome run_backward_case(const RmsNormBackwardCase& c,
     dresb = DeviceBuffer(static_cast<size_t>(L.elems()) * dtype_size(dres_dtype));
     dresb.poison();
   }
-  if (c.has_weight) wb = upload_image(place_vector(in.weight, c.storage_offset));
+  if (c.has_weight) wb = upload_image(place_vector(in.weight, woff));
   const bool want_dw = c.has_weight && c.want_dw;
   if (want_dw) {
-    dwb = DeviceBuffer(static_cast<size_t>(c.storage_offset + c.n) * dtype_size(c.w_dtype));
+    dwb = DeviceBuffer(static_cast<size_t>(woff + c.n) * dtype_size(c.w_dtype));
     dwb.poison();
     const size_t ws_bytes = rms_norm_backward_workspace_size(c.m, c.n);
-    // At the storage offset too (in floats): a workspace that is not 16-byte aligned.
-    wsb = DeviceBuffer(std::max<size_t>(ws_bytes, 4) + static_cast<size_t>(c.storage_offset) * 4);
+    // At an offset in floats too: a workspace that need not be 16-byte aligned.
+    wsb = DeviceBuffer(std::max<size_t>(ws_bytes, 4) + static_cast<size_t>(wsoff) * 4);
     wsb.poison();
   }
   if (c.give_rstd) {
@@ -147,15 +151,13 @@ RmsNormBackwardOutcome run_backward_case(const RmsNormBackwardCase& c,
   const TensorRef dx = c.in_place ? dy : L.view(dxb.get(), dx_dtype);
   const TensorRef dres = !c.fused ? TensorRef() : dres_in_ds ? ds : L.view(dresb.get(), dres_dtype);
   const TensorRef w =
-      c.has_weight ? TensorRef(wb.at(c.storage_offset, c.w_dtype), c.w_dtype, {c.n}, {1}, dev)
-                   : TensorRef();
+      c.has_weight ? TensorRef(wb.at(woff, c.w_dtype), c.w_dtype, {c.n}, {1}, dev) : TensorRef();
   const TensorRef dw =
-      want_dw ? TensorRef(dwb.at(c.storage_offset, c.w_dtype), c.w_dtype, {c.n}, {1}, dev)
+      want_dw ? TensorRef(dwb.at(woff, c.w_dtype), c.w_dtype, {c.n}, {1}, dev) : TensorRef();
+  const TensorRef ws =
+      want_dw ? TensorRef::contiguous(wsb.at(wsoff, DType::kFloat32), DType::kFloat32,
+                                      {static_cast<int64_t>(wsb.size() / 4 - wsoff)}, dev)
               : TensorRef();
-  const TensorRef ws = want_dw ? TensorRef::contiguous(
-                                     wsb.at(c.storage_offset, DType::kFloat32), DType::kFloat32,
-                                     {static_cast<int64_t>(wsb.size() / 4 - c.storage_offset)}, dev)
-                               : TensorRef();
   const TensorRef rstd =
       c.give_rstd ? TensorRef(rb.get(), DType::kFloat32, {c.m}, {1}, dev) : TensorRef();
   out.status = c.fused ? add_rms_norm_backward(dy, ds, x, w, rstd, dx, dres, dw, ws, c.params)
@@ -174,9 +176,8 @@ RmsNormBackwardOutcome run_backward_case(const RmsNormBackwardCase& c,
     const auto img = download_all(dwb);
     const size_t es = dtype_size(c.w_dtype);
     out.dw_out = HostTensor(c.w_dtype, c.n);
-    std::memcpy(out.dw_out.bytes.data(), img.data() + c.storage_offset * es,
-                out.dw_out.bytes.size());
-    for (size_t i = 0; i < static_cast<size_t>(c.storage_offset) * es; ++i) {
+    std::memcpy(out.dw_out.bytes.data(), img.data() + woff * es, out.dw_out.bytes.size());
+    for (size_t i = 0; i < static_cast<size_t>(woff) * es; ++i) {
       if (img[i] != 0xFF) ++out.pad_written;
     }
   }

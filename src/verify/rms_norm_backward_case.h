@@ -28,10 +28,12 @@ struct RmsNormBackwardCase {
   bool give_rstd = true;  ///< pass the saved r (the oracle's r rounded to fp32); else recomputed
   bool in_place = false;  ///< dx aliases dy (and, fused with ds, dresidual aliases ds)
   RmsNormBackwardParams params{};
-  int64_t pitch_pad = 0;       ///< extra elements between rows (row stride n + pitch_pad)
-  int64_t storage_offset = 0;  ///< elements before the first row in each buffer (misalignment)
-  int64_t batch = 0;           ///< > 0: view the rows as [batch, m / batch, n] stored seq-major
-  Fill fill = Fill::kNormal;   ///< x's rows: kNormal, kZero or kConstant (dy, ds always normal)
+  int64_t pitch_pad = 0;          ///< extra elements between rows (row stride n + pitch_pad)
+  int64_t storage_offset = 0;     ///< elements before the first row in each buffer (misalignment)
+  int64_t weight_offset = -1;     ///< elements before the weight and dw (-1: storage_offset)
+  int64_t workspace_offset = -1;  ///< floats before the workspace (-1: storage_offset)
+  int64_t batch = 0;              ///< > 0: view the rows as [batch, m / batch, n] stored seq-major
+  Fill fill = Fill::kNormal;      ///< x's rows: kNormal, kZero or kConstant (dy, ds always normal)
   uint64_t seed = 1;
 };
 

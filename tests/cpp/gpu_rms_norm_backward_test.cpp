@@ -152,6 +152,15 @@ TEST(GpuRmsNormBackward, StridedMisalignedAnd3dViews) {
   c.dy_dtype = DType::kFloat32;
   c.storage_offset = 1;
   expect_pass(c);
+  // Aligned rows with a misaligned weight (and dw): the staged weight factors' scalar loads on
+  // the warp and block paths.
+  for (DType dt : kFloatTypes) {
+    for (int64_t n : {64, 4096, 8192}) {
+      RmsNormBackwardCase w = same_dtype(37, n, dt, seed++);
+      w.weight_offset = 1;
+      expect_pass(w);
+    }
+  }
 }
 
 TEST(GpuRmsNormBackward, InPlace) {
@@ -220,6 +229,30 @@ TEST(GpuRmsNormBackward, RunToRunDeterminism) {
     ASSERT_TRUE(b.passed) << b.summary;
     EXPECT_EQ(a.dx_out.bytes, b.dx_out.bytes) << verify::describe(c);
     EXPECT_EQ(a.dres_out.bytes, b.dres_out.bytes) << verify::describe(c);
+    EXPECT_EQ(a.dw_out.bytes, b.dw_out.bytes) << verify::describe(c);
+  }
+}
+
+// dw (and dx) bitwise the same with a 16-byte aligned workspace and one a float off: the column
+// sum's 16-byte and scalar forms, and the row kernels' vector and scalar partial stores, add in
+// the same order.
+TEST(GpuRmsNormBackward, DwIndependentOfWorkspaceAlignment) {
+  ROPENORM_REQUIRE_GPU();
+  struct Shape {
+    int64_t m, n;
+    DType dt;
+  };
+  for (const Shape& s : {Shape{4096, 4096, DType::kBFloat16}, Shape{989, 64, DType::kFloat16},
+                         Shape{777, 8192, DType::kFloat32}, Shape{19, 65536, DType::kBFloat16}}) {
+    RmsNormBackwardCase c = same_dtype(s.m, s.n, s.dt, static_cast<uint64_t>(s.m * 3 + s.n));
+    const auto in = verify::make_backward_inputs(c);
+    c.workspace_offset = 0;
+    const auto a = verify::run_backward_case(c, in);
+    c.workspace_offset = 1;
+    const auto b = verify::run_backward_case(c, in);
+    ASSERT_TRUE(a.passed) << a.summary;
+    ASSERT_TRUE(b.passed) << b.summary;
+    EXPECT_EQ(a.dx_out.bytes, b.dx_out.bytes) << verify::describe(c);
     EXPECT_EQ(a.dw_out.bytes, b.dw_out.bytes) << verify::describe(c);
   }
 }

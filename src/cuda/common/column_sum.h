@@ -8,8 +8,8 @@
 // s + 64, s + 128, ... of its group's columns in that order in fp32. The 4 slices of a warp are
 // then added by a fixed butterfly (lane bits 3 and 4), the warps' sums go through shared memory,
 // and one thread per column adds the 16 warp sums in warp order and writes the rounded value.
-// The order depends only on `parts` and the column count, never on timing, and there are no
-// atomics, so the result is bitwise the same from run to run for the same partials.
+// A column's order depends only on `parts` (not on CV, so not on the partials' alignment, nor on
+// timing), and there are no atomics, so the result is bitwise the same from run to run for the same partials.
 #pragma once
 
 #include <cuda_runtime.h>
