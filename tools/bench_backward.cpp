@@ -23,7 +23,7 @@ using verify::DeviceBuffer;
 using verify::RmsNormBackwardCase;
 using verify::RmsNormBackwardOutcome;
 
-constexpr int64_t kNs[] = {4096, 8192, 4095};
+constexpr int64_t kNs[] = {1024, 4096, 8192, 4095};
 constexpr int64_t kMs[] = {1, 4096, 32768};
 
 bool listed(const std::vector<int64_t>& v, int64_t x) {

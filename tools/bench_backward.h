@@ -1,4 +1,4 @@
-// RMSNorm backward rows of the main job: for bf16 N in {4096, 8192, 4095} x M in {1, 4096,
+// RMSNorm backward rows of the main job: for bf16 N in {1024, 4096, 8192, 4095} x M in {1, 4096,
 // 32768} (those of the run's shape lists), verify ropenorm and the unfused baseline against the
 // float64 oracle, then time both (cold-L2 medians; CUDA-graph replay for M <= graph_max_m):
 //   rms_norm_backward      dy, x, w, saved rstd -> dx, dw

@@ -10,7 +10,7 @@ namespace ropenorm::bench {
 
 struct BenchOptions {
   std::vector<int64_t> ms = {1, 32, 512, 4096, 32768};
-  std::vector<int64_t> ns = {4096, 5120, 7168, 8192, 4095};
+  std::vector<int64_t> ns = {1024, 4096, 5120, 7168, 8192, 4095};
   std::vector<int64_t> rope_ts = {1, 64, 1024, 16384, 65536};  ///< RoPE tokens T
   std::vector<int64_t> rope_ds = {128, 64, 256};               ///< RoPE head_dim D (= R)
   std::vector<int64_t> qk_ds = {128, 256};                     ///< QK-norm + RoPE head_dim D
