@@ -8,9 +8,10 @@
 // sums the partial rows in a fixed order. No float atomics: dw and dx are bitwise the same from
 // run to run for the same inputs, and a row's dx does not depend on the number of rows, with one
 // exception: x (or s) in f32 with 16-bit dy, on rows whose 16-byte phase varies within the call
-// (a row stride that is not a multiple of 16 bytes) and a width that is a multiple of the vector
-// width, takes a two-pass kernel whose row reduction order differs from that of a single row or
-// of aligned rows, so such a row's dx can differ in the last bit from the same row alone.
+// (a row stride that is not a multiple of 16 bytes: an odd width in a contiguous batch, or a
+// padded pitch), takes a two-pass kernel whose row reduction order can differ from that of the
+// ring kernel a single row (or rows of one phase) takes, so such a row's dx can differ in the
+// last bit from the same row alone.
 #pragma once
 
 #include <cstddef>
