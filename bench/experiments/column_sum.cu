@@ -19,6 +19,7 @@
 #include <cstring>
 #include <vector>
 
+#include "backward_experiment.cuh"
 #include "core/rms_norm_backward_plan.h"
 #include "core/row_layout.h"
 #include "cuda/common/column_sum.h"
@@ -54,28 +55,6 @@ __global__ void column_sum_before(const float* __restrict__ partials, int64_t pa
 
 void launch_before(const float* partials, int64_t parts, int64_t cols, float* out) {
   column_sum_before<<<static_cast<unsigned>((cols + 31) / 32), 256>>>(partials, parts, cols, out);
-}
-
-void check(const Status& st, const char* what) {
-  if (!st.ok()) {
-    std::printf("%s: %s\n", what, st.message().c_str());
-    std::exit(1);
-  }
-}
-
-TensorRef rows(void* p, DType dt, int64_t m, int64_t n) {
-  return TensorRef::contiguous(p, dt, {m, n}, Device::cuda(0));
-}
-
-void fill_bf16(void* p, size_t count, unsigned seed) {
-  std::vector<uint16_t> h(count);
-  unsigned s = seed;
-  for (auto& v : h) {
-    s = s * 1664525u + 1013904223u;
-    v = static_cast<uint16_t>(0x3c00 + ((s >> 9) & 0x7ff) - 0x400);
-    if (s & 0x80000000u) v |= 0x8000;
-  }
-  CK(cudaMemcpy(p, h.data(), count * 2, cudaMemcpyHostToDevice));
 }
 
 void column_sums() {
@@ -171,20 +150,7 @@ void backward_share() {
                                 rows(dx, DType::kBFloat16, m, n), tdw, tws, bp),
               "backward");
       };
-      cuda::RmsNormBwdKernelArgs a{};
-      a.dy = dy;
-      a.x = x;
-      a.weight = w;
-      a.rstd = static_cast<const float*>(rstd);
-      a.dx = dx;
-      a.partials = static_cast<float*>(ws);
-      a.dy_rows = core::make_row_layout(rows(dy, DType::kBFloat16, m, n));
-      a.x_rows = a.ds_rows = a.dx_rows = a.dres_rows = a.dy_rows;
-      a.m = m;
-      a.n = n;
-      a.lanes = core::bwd_table_lanes(n, 8);
-      a.w_dtype = a.dx_dtype = a.dres_dtype = DType::kBFloat16;
-      a.eps = 1e-6f;
+      const cuda::RmsNormBwdKernelArgs a = bwd_args(dy, x, nullptr, w, rstd, dx, nullptr, ws, m, n);
       const core::RmsNormBwdPlan plan = core::plan_rms_norm_backward(
           n, 8, true, core::bwd_kernels_for(DType::kBFloat16, DType::kBFloat16), 4, true);
       int64_t grid = 0;

@@ -21,6 +21,7 @@
 #include <cstring>
 #include <vector>
 
+#include "backward_experiment.cuh"
 #include "core/rms_norm_backward_plan.h"
 #include "core/row_layout.h"
 #include "cuda/common/column_sum.h"
@@ -34,55 +35,9 @@ using namespace ropenorm;
 
 namespace {
 
-TensorRef rows(void* p, DType dt, int64_t m, int64_t n) {
-  return TensorRef::contiguous(p, dt, {m, n}, Device::cuda(0));
-}
-
-void fill(void* p, size_t count, unsigned seed) {
-  std::vector<uint16_t> h(count);
-  unsigned s = seed;
-  for (auto& v : h) {
-    s = s * 1664525u + 1013904223u;
-    v = static_cast<uint16_t>(0x3c00 + ((s >> 9) & 0x7ff) - 0x400);  // bf16 in about [0.25, 2)
-    if (s & 0x80000000u) v |= 0x8000;
-  }
-  CK(cudaMemcpy(p, h.data(), count * 2, cudaMemcpyHostToDevice));
-}
-
-void check(const Status& st, const char* what) {
-  if (!st.ok()) {
-    std::printf("%s: %s\n", what, st.message().c_str());
-    std::exit(1);
-  }
-}
-
 int ulp_dist(uint16_t a, uint16_t b) {
   auto key = [](uint16_t u) { return (u & 0x8000) ? -(int)(u & 0x7fff) : (int)u; };
   return std::abs(key(a) - key(b));
-}
-
-// Kernel arguments of contiguous bf16 rows [m, n]: dy, x (s), ds (fused add, else null), bf16
-// weight, saved rstd, dx, dres (fused add), dw partials.
-cuda::RmsNormBwdKernelArgs bwd_args(void* dy, void* x, void* ds, void* w, void* rstd, void* dx,
-                                    void* dres, void* ws, int64_t m, int64_t n) {
-  cuda::RmsNormBwdKernelArgs a{};
-  a.dy = dy;
-  a.x = x;
-  a.ds = ds;
-  a.weight = w;
-  a.rstd = static_cast<const float*>(rstd);
-  a.dx = dx;
-  a.dres = dres;
-  a.partials = static_cast<float*>(ws);
-  a.dy_rows = core::make_row_layout(rows(dy, DType::kBFloat16, m, n));
-  a.x_rows = a.ds_rows = a.dx_rows = a.dres_rows = a.dy_rows;
-  a.m = m;
-  a.n = n;
-  a.lanes = core::bwd_table_lanes(n, 8);
-  a.w_dtype = a.dx_dtype = a.dres_dtype = DType::kBFloat16;
-  a.eps = 1e-6f;
-  a.w_offset = 0.0f;
-  return a;
 }
 
 // The block-per-row ring plan at vpt vectors per thread (threads 0 when the split does not
@@ -187,10 +142,10 @@ int main(int argc, char** argv) {
   CK(cudaMalloc(&w, kMaxN * 2));
   CK(cudaMalloc(&dw, kMaxN * 2));
   CK(cudaMalloc(&rstd, kMaxM * 4));
-  fill(x, elems, 1);
-  fill(dy, elems, 2);
-  fill(ds, elems, 3);
-  fill(w, kMaxN, 4);
+  fill_bf16(x, elems, 1);
+  fill_bf16(dy, elems, 2);
+  fill_bf16(ds, elems, 3);
+  fill_bf16(w, kMaxN, 4);
   const size_t ws_bytes = rms_norm_backward_workspace_size(kMaxM, kMaxN, -1);
   CK(cudaMalloc(&ws, ws_bytes));
   const double copy = once ? 0.0 : copy_bandwidth_gbps(size_t{1} << 30);
