@@ -6,12 +6,7 @@
 // The weight gradient is reduced deterministically: each block of a persistent grid keeps fp32
 // partials of its (fixed) rows, writes them to a caller-provided workspace, and a second kernel
 // sums the partial rows in a fixed order. No float atomics: dw and dx are bitwise the same from
-// run to run for the same inputs, and a row's dx does not depend on the number of rows, with one
-// exception: x (or s) in f32 with 16-bit dy, on rows whose 16-byte phase varies within the call
-// (a row stride that is not a multiple of 16 bytes: an odd width in a contiguous batch, or a
-// padded pitch), takes a two-pass kernel whose row reduction order can differ from that of the
-// ring kernel a single row (or rows of one phase) takes, so such a row's dx can differ in the
-// last bit from the same row alone.
+// run to run for the same inputs, and a row's dx does not depend on the number of rows.
 #pragma once
 
 #include <cstddef>

@@ -52,8 +52,8 @@ int64_t bwd_smem_bytes(const RmsNormBwdPlan& p, int ring_elem_bytes, bool has_we
 
 BwdKernels bwd_kernels_for(DType x_dtype, DType dy_dtype) {
   BwdKernels k;
-  k.smem_acc = x_dtype == dy_dtype;
-  k.ring = k.smem_acc || (x_dtype == DType::kFloat32 && dy_dtype != DType::kFloat32);
+  k.ring = x_dtype == dy_dtype || (x_dtype == DType::kFloat32 && dy_dtype != DType::kFloat32);
+  k.smem_acc = k.ring;
   return k;
 }
 

@@ -69,9 +69,9 @@ struct BwdKernels {
   bool smem_acc = true;  ///< ring kernels with shared-memory partials (rows of varying phase)
 };
 
-/// The ring kernels built for input dtype x_dtype (x or s) and dy's dtype: every kind for equal
-/// dtypes; register partials only for an f32 input with 16-bit dy (the f32 residual stream);
-/// none for other pairs.
+/// The ring kernels built for input dtype x_dtype (x or s) and dy's dtype: both kinds of partials
+/// for equal dtypes and for an f32 input with 16-bit dy (the f32 residual stream), so rows of
+/// varying phase take the same ring (and split) as a single row; none for other pairs.
 BwdKernels bwd_kernels_for(DType x_dtype, DType dy_dtype);
 
 /// Plan for rows of width n at vector width vec (rms_norm_vector_width with the smaller-element

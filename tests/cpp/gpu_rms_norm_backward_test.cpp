@@ -259,18 +259,26 @@ TEST(GpuRmsNormBackward, DwIndependentOfWorkspaceAlignment) {
 
 // A row's dx is bitwise the same whatever the number of rows in the call: bf16 over the paths;
 // f32 (whose outputs show any change of the reduction order) for rows with edge elements and for
-// rows whose 16-byte phase varies only in a batch (a padded pitch: a single row has one phase).
+// rows whose 16-byte phase varies only in a batch (a padded pitch: a single row has one phase);
+// an f32 x with 16-bit dy (the f32 residual stream) on rows of varying phase.
 TEST(GpuRmsNormBackward, BatchInvariance) {
   ROPENORM_REQUIRE_GPU();
   struct Width {
     int64_t n;
     DType dt;
     int64_t pad;
+    DType dy = DType::kFloat32;  ///< kFloat32: dy in dt; else an f32 x with 16-bit dy
   };
-  const Width widths[] = {{64, DType::kBFloat16, 0},    {4096, DType::kBFloat16, 0},
-                          {4095, DType::kBFloat16, 0},  {8192, DType::kBFloat16, 0},
-                          {65536, DType::kBFloat16, 0}, {4095, DType::kFloat32, 0},
-                          {4096, DType::kFloat32, 1}};
+  const Width widths[] = {{64, DType::kBFloat16, 0},
+                          {4096, DType::kBFloat16, 0},
+                          {4095, DType::kBFloat16, 0},
+                          {8192, DType::kBFloat16, 0},
+                          {65536, DType::kBFloat16, 0},
+                          {4095, DType::kFloat32, 0},
+                          {4096, DType::kFloat32, 1},
+                          {63, DType::kFloat32, 0, DType::kBFloat16},
+                          {4095, DType::kFloat32, 0, DType::kBFloat16},
+                          {4096, DType::kFloat32, 1, DType::kFloat16}};
   for (bool fused : {false, true}) {
     for (bool rstd : {true, false}) {
       for (const Width& w : widths) {
@@ -279,6 +287,7 @@ TEST(GpuRmsNormBackward, BatchInvariance) {
         for (int64_t m : {1, 255, 4096}) {
           if (n >= 65536 && m > 255) continue;
           RmsNormBackwardCase c = same_dtype(m, n, w.dt, static_cast<uint64_t>(m + n));
+          if (w.dy != DType::kFloat32) c.dy_dtype = w.dy;
           c.pitch_pad = w.pad;
           c.fused = fused;
           c.has_ds = fused;
@@ -308,7 +317,9 @@ TEST(GpuRmsNormBackward, BatchInvariance) {
         }
         for (size_t i = 1; i < first_rows.size(); ++i) {
           ASSERT_EQ(first_rows[0], first_rows[i])
-              << "n=" << n << " " << dtype_name(w.dt) << " pad=" << w.pad << " run " << i;
+              << "n=" << n << " " << dtype_name(w.dt)
+              << " dy=" << dtype_name(w.dy == DType::kFloat32 ? w.dt : w.dy) << " pad=" << w.pad
+              << " run " << i;
         }
       }
     }

@@ -402,6 +402,21 @@ TEST(CpuRmsNormBackwardPlan, BlockPathSplit) {
     EXPECT_EQ(one.vpt, many.vpt) << n;
     EXPECT_EQ(one.threads, many.threads) << n;
   }
+  // The f32 residual stream (f32 s with 16-bit dy, 6 bytes per column) too: both kinds of ring
+  // kernels exist for the pair, so a batch of varying phase takes the ring a single row takes.
+  const core::BwdKernels mixed = core::bwd_kernels_for(DType::kFloat32, DType::kBFloat16);
+  EXPECT_TRUE(mixed.ring);
+  EXPECT_TRUE(mixed.smem_acc);
+  EXPECT_FALSE(core::bwd_kernels_for(DType::kBFloat16, DType::kFloat32).ring);
+  for (int64_t n : {63, 4095, 4096}) {
+    const core::RmsNormBwdPlan one = core::plan_rms_norm_backward(n, 8, true, mixed, 6, true);
+    const core::RmsNormBwdPlan many = core::plan_rms_norm_backward(n, 8, false, mixed, 6, true);
+    EXPECT_NE(many.path, core::RmsNormBwdPath::kTwoPass) << n;
+    EXPECT_EQ(one.path, many.path) << n;
+    EXPECT_EQ(one.vpt, many.vpt) << n;
+    EXPECT_EQ(one.threads, many.threads) << n;
+    EXPECT_EQ(one.rows_per_block, many.rows_per_block) << n;
+  }
   const core::RmsNormBwdPlan w =
       core::plan_rms_norm_backward(1024, 8, true, core::BwdKernels{}, 4, true);
   EXPECT_EQ(w.path, core::RmsNormBwdPath::kWarpPerRow);

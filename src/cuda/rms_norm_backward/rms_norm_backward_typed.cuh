@@ -110,10 +110,10 @@ Status launch_rms_norm_backward_typed(const char* op, const RmsNormBwdKernelArgs
                                       const core::RmsNormBwdPlan& plan, cudaStream_t stream,
                                       int64_t* grid) {
   constexpr int kVec = core::max_vector_width(sizeof(BwdRefT<Tin, Tdy>));
-  // The ring kernels built (core::bwd_kernels_for): all kinds for equal dtypes, register partials
+  // The ring kernels built (core::bwd_kernels_for): both kinds of partials for equal dtypes and
   // for an f32 input with 16-bit dy; other pairs take the two-pass kernel.
-  constexpr bool kSame = std::is_same_v<Tin, Tdy>;
-  constexpr bool kRing = kSame || (std::is_same_v<Tin, float> && !std::is_same_v<Tdy, float>);
+  constexpr bool kRing =
+      std::is_same_v<Tin, Tdy> || (std::is_same_v<Tin, float> && !std::is_same_v<Tdy, float>);
   Status st;
   if (plan.path == core::RmsNormBwdPath::kTwoPass) {
     if (plan.vec == kVec) {
@@ -126,7 +126,7 @@ Status launch_rms_norm_backward_typed(const char* op, const RmsNormBwdKernelArgs
   } else if (plan.vec != kVec) {
     return bwd_detail::bad_plan(op, "vector width", plan.vec);
   } else if (plan.smem_acc) {
-    if constexpr (kSame) {
+    if constexpr (kRing) {
       st = bwd_detail::launch_rows<Tin, Tdy, kVec, true>(op, a, plan, stream, grid);
     } else {
       return bwd_detail::bad_plan(op, "ring path (shared-memory partials) for dy dtype",
