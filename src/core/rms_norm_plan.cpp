@@ -1,6 +1,8 @@
 // Launch planning for the RMSNorm kernels (see rms_norm_plan.h).
 #include "core/rms_norm_plan.h"
 
+#include <algorithm>
+
 namespace ropenorm::core {
 
 const char* rms_norm_path_name(RmsNormPath path) {
@@ -24,17 +26,35 @@ bool strides_16b(const AccessFacts& t) {
   return true;
 }
 
-bool same_layout(const AccessFacts& a, const AccessFacts& b) {
-  if (a.rows.nd != b.rows.nd || a.elem_size != b.elem_size) return false;
-  for (int d = 0; d < a.rows.nd; ++d) {
-    if (a.rows.sizes[d] != b.rows.sizes[d] || a.rows.strides[d] != b.rows.strides[d]) {
-      return false;
+uintptr_t addr(const void* p) { return reinterpret_cast<uintptr_t>(p); }
+
+// Row r of t starts at an element index (its address over the element size) congruent modulo
+// q = min(v, 16 / t's element size) to that of row r of x, for every r: the bases and each
+// dimension's strides congruent. A v-element vector of t at a column where x's vector is
+// 16-byte aligned is then aligned to q elements, i.e. to min(16, v * t's element size) bytes.
+bool same_element_phase(const AccessFacts& t, const AccessFacts& x, int v) {
+  const int q = std::min(v, 16 / t.elem_size);
+  if (addr(t.data) % t.elem_size != 0 || addr(x.data) % x.elem_size != 0) return false;
+  const auto base = [](const AccessFacts& f) {
+    return static_cast<int64_t>(addr(f.data) / static_cast<uintptr_t>(f.elem_size));
+  };
+  if ((base(t) - base(x)) % q != 0) return false;
+  if (t.rows.nd == x.rows.nd) {
+    bool congruent = true;
+    for (int d = 0; d < t.rows.nd; ++d) {
+      congruent = congruent && t.rows.sizes[d] == x.rows.sizes[d] &&
+                  (t.rows.strides[d] - x.rows.strides[d]) % q == 0;
     }
+    if (congruent) return true;
+  }
+  for (int d = 0; d < t.rows.nd; ++d) {
+    if (t.rows.strides[d] % q != 0) return false;
+  }
+  for (int d = 0; d < x.rows.nd; ++d) {
+    if (x.rows.strides[d] % q != 0) return false;
   }
   return true;
 }
-
-uintptr_t addr(const void* p) { return reinterpret_cast<uintptr_t>(p); }
 
 }  // namespace
 
@@ -43,11 +63,10 @@ int rms_norm_vector_width(int64_t n, const AccessFacts& x,
   const int v = max_vector_width(x.elem_size);
   const bool x_phase0 = addr(x.data) % 16 == 0 && strides_16b(x) && n % v == 0;
   for (const AccessFacts& t : others) {
-    if (t.data == nullptr) continue;
-    if (t.elem_size == x.elem_size) {
-      if ((addr(t.data) - addr(x.data)) % 16 != 0) return kScalarWidth;
-      if (!same_layout(t, x) && !(strides_16b(t) && strides_16b(x))) return kScalarWidth;
-    } else if (!x_phase0 || addr(t.data) % 16 != 0 || !strides_16b(t)) {
+    if (t.data == nullptr || same_element_phase(t, x, v)) continue;
+    // Another element size: x at phase 0 on every row and t 16-byte aligned with 16-byte strides
+    // (a V-element vector of t then starts at a multiple of V elements).
+    if (t.elem_size == x.elem_size || !x_phase0 || addr(t.data) % 16 != 0 || !strides_16b(t)) {
       return kScalarWidth;
     }
   }

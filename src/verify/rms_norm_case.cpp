@@ -88,6 +88,7 @@ std::string describe(const RmsNormCase& c) {
   if (c.params.weight_offset != 0.0f) os << " offset=" << c.params.weight_offset;
   if (c.pitch_pad) os << " pad=" << c.pitch_pad;
   if (c.storage_offset) os << " off=" << c.storage_offset;
+  if (c.residual_offset >= 0) os << " res_off=" << c.residual_offset;
   if (c.batch) os << " batch=" << c.batch;
   if (c.in_place) os << " in-place";
   if (c.plan_rows) os << " planned-for=" << c.plan_rows;
@@ -118,6 +119,8 @@ RmsNormInputs make_inputs(const RmsNormCase& c) {
 RmsNormOutcome run_case(const RmsNormCase& c, const RmsNormInputs& in) {
   RmsNormOutcome out;
   const RowPlacement L{c.m, c.n, c.n + c.pitch_pad, c.storage_offset, c.batch};
+  RowPlacement RL = L;  // residual and residual_out
+  if (c.residual_offset >= 0) RL.offset = c.residual_offset;
   const DType y_dtype = c.in_place ? c.x_dtype : c.y_dtype;
 
   DeviceBuffer xb(place(in.x, L).size());
@@ -127,7 +130,7 @@ RmsNormOutcome run_case(const RmsNormCase& c, const RmsNormInputs& in) {
   }
   DeviceBuffer rb, rob, yb, wb, sb;
   if (c.fused) {
-    auto img = place(in.residual, L);
+    auto img = place(in.residual, RL);
     rb = DeviceBuffer(img.size());
     if (!img.empty()) rb.upload(img.data(), img.size());
     if (!c.in_place) {
@@ -162,8 +165,8 @@ RmsNormOutcome run_case(const RmsNormCase& c, const RmsNormInputs& in) {
       c.save_rstd ? TensorRef(sb.get(), DType::kFloat32, {c.m}, {1}, Device::cuda(0)) : TensorRef();
   TensorRef res, res_out;
   if (c.fused) {
-    res = L.view(rb.get(), c.res_dtype);
-    res_out = c.in_place ? res : L.view(rob.get(), c.res_dtype);
+    res = RL.view(rb.get(), c.res_dtype);
+    res_out = c.in_place ? res : RL.view(rob.get(), c.res_dtype);
   }
   if (c.plan_rows > 0) {
     const core::RmsNormCall call{x, res, w, y, res_out, rstd, c.params, c.fused};
@@ -183,7 +186,7 @@ RmsNormOutcome run_case(const RmsNormCase& c, const RmsNormInputs& in) {
   out.y_out = gather(download_all(c.in_place ? xb : yb), y_dtype, L, &out.pad_written);
   if (c.fused) {
     out.residual_out_host =
-        gather(download_all(c.in_place ? rb : rob), c.res_dtype, L, &out.pad_written);
+        gather(download_all(c.in_place ? rb : rob), c.res_dtype, RL, &out.pad_written);
   }
   if (c.save_rstd) out.rstd_out = HostTensor(DType::kFloat32, c.m);
   if (c.save_rstd && c.m > 0) sb.download(out.rstd_out.bytes.data(), out.rstd_out.bytes.size());

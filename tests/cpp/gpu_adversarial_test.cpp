@@ -108,7 +108,8 @@ TEST(GpuAdversarial, RowStrideNotVectorMultiple) {
   }
 }
 
-// Fused add with an f32 residual (mixed element sizes) on misaligned rows.
+// Fused add with an f32 residual (mixed element sizes) on misaligned rows: at x's element
+// phase (vectorised, rows peeled at their phase) and at another phase (the scalar path).
 TEST(GpuAdversarial, FusedF32ResidualStorageOffsetOne) {
   ROPENORM_REQUIRE_GPU();
   uint64_t seed = 3000;
@@ -126,6 +127,14 @@ TEST(GpuAdversarial, FusedF32ResidualStorageOffsetOne) {
         c.seed = seed++;
         expect_pass(c);
         c.in_place = true;
+        c.seed = seed++;
+        expect_pass(c);
+        // Residual rows at another element phase than x's (16-bit x, f32 residual: phases
+        // 1 and 2 of 4): the scalar path.
+        c.residual_offset = 2;
+        c.seed = seed++;
+        expect_pass(c);
+        c.in_place = false;
         c.seed = seed++;
         expect_pass(c);
       }

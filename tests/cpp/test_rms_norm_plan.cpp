@@ -36,11 +36,21 @@ TEST(CpuRmsNormPlan, VectorWidth) {
   // Different layouts: both strides must be multiples of 16 bytes.
   EXPECT_EQ(rms_norm_vector_width(4096, {a, 2, rows(4104)}, {{b, 2, rows(4096)}}), 8);
   EXPECT_EQ(rms_norm_vector_width(4096, {a, 2, rows(4100)}, {{b, 2, rows(4096)}}), 1);
-  // Another element size (f32 residual with bf16 x): every row at phase 0.
+  // Another element size (f32 residual with bf16 x): every row's element index congruent
+  // modulo V (odd widths and padded pitches of the same element strides included), or every row
+  // at phase 0.
   EXPECT_EQ(rms_norm_vector_width(4096, {a, 2, rows(4096)}, {{b, 4, rows(4096)}}), 8);
-  EXPECT_EQ(rms_norm_vector_width(4095, {a, 2, rows(4095)}, {{b, 4, rows(4095)}}), 1);
+  EXPECT_EQ(rms_norm_vector_width(4095, {a, 2, rows(4095)}, {{b, 4, rows(4095)}}), 8);
+  EXPECT_EQ(rms_norm_vector_width(4096, {a, 2, rows(4097)}, {{b, 4, rows(4097)}}), 8);
+  EXPECT_EQ(rms_norm_vector_width(4095, {a, 4, rows(4095)}, {{b, 2, rows(4095)}}), 4);
+  EXPECT_EQ(rms_norm_vector_width(4096, {a, 2, rows(4096)}, {{b, 4, rows(4100)}}), 8);
+  EXPECT_EQ(rms_norm_vector_width(4096, {a, 2, rows(4097)}, {{b, 4, rows(4096)}}), 1);
+  EXPECT_EQ(rms_norm_vector_width(4096, {a, 2, rows(4104)}, {{b, 4, rows(4100)}}), 8);
+  EXPECT_EQ(rms_norm_vector_width(4096, {a, 2, rows(4100)}, {{b, 4, rows(4098)}}), 1);
   EXPECT_EQ(rms_norm_vector_width(4096, {g_buf + 2, 2, rows(4096)}, {{b, 4, rows(4096)}}), 1);
   EXPECT_EQ(rms_norm_vector_width(4096, {a, 2, rows(4096)}, {{g_buf + 8200, 4, rows(4096)}}), 1);
+  EXPECT_EQ(
+      rms_norm_vector_width(4096, {g_buf + 2, 2, rows(4096)}, {{g_buf + 8196, 4, rows(4096)}}), 8);
   // An absent tensor (null) does not constrain.
   EXPECT_EQ(rms_norm_vector_width(4096, {a, 2, rows(4096)}, {{nullptr, 4, rows(3)}}), 8);
 }
