@@ -140,77 +140,69 @@ __global__ void __launch_bounds__(core::kQkBwdThreads)
     const bool is_q = hh < a.hq;
     const int local = is_q ? hh : hh - a.hq;
 
-    // Loads: the saved rstd and the position first, then x and dout of this lane's slots, then
-    // the slots' cos/sin (which wait only for the position): every load of the item is in flight
-    // before the first use, so an item costs one memory round trip plus the position's.
-    const float* rs = is_q ? args.q_rstd : args.k_rstd;
-    float r = 0.0f;
-    int64_t p = 0;
-    RawVec<T, V> rxa[KS] = {}, rxb[KS] = {}, rga[KS] = {}, rgb[KS] = {};
-    float c[KS][V], sn[KS][V];
+    // Loads: x and dout of this lane's slots, all in flight before first use.
+    float xa[KS][V], xb[KS][V], ga[KS][V], gb[KS][V];
     if (active) {
-      if (rs != nullptr) r = rs[t * (is_q ? a.hq : a.hk) + local];
-      if (a.source != RopeSource::kGathered) p = rope_position(a, b, s);
       const T* x = rope_head_ptr<T>(is_q ? a.q : a.k, b, s, local);
       const T* dy = rope_head_ptr<T>(is_q ? args.gq : args.gk, b, s, local);
 #pragma unroll
       for (int k = 0; k < KS; ++k) {
         const int m = sub + k * g;
+        RawVec<T, V> rxa{}, rxb{}, rga{}, rgb{};
         if (m < args.slots) {
           int oa, ob;
           qk_bwd_slot_runs<V>(a, args.rot_slots, m, &oa, &ob);
-          load_raw<T, V>(x + oa, rxa[k]);
-          load_raw<T, V>(dy + oa, rga[k]);
+          load_raw<T, V>(x + oa, rxa);
+          load_raw<T, V>(dy + oa, rga);
           if (ob < d_head) {
-            load_raw<T, V>(x + ob, rxb[k]);
-            load_raw<T, V>(dy + ob, rgb[k]);
+            load_raw<T, V>(x + ob, rxb);
+            load_raw<T, V>(dy + ob, rgb);
           }
         }
+        widen<T, V>(rxa, xa[k]);
+        widen<T, V>(rxb, xb[k]);
+        widen<T, V>(rga, ga[k]);
+        widen<T, V>(rgb, gb[k]);
       }
+    } else {
 #pragma unroll
       for (int k = 0; k < KS; ++k) {
-        const int m = sub + k * g;
-        if (m < args.rot_slots) rope_cos_sin<V>(a, p, b, s, m * V, c[k], sn[k]);
-      }
-    }
-    float xa[KS][V], xb[KS][V], ga[KS][V], gb[KS][V];
 #pragma unroll
-    for (int k = 0; k < KS; ++k) {
-      widen<T, V>(rxa[k], xa[k]);
-      widen<T, V>(rxb[k], xb[k]);
-      widen<T, V>(rga[k], ga[k]);
-      widen<T, V>(rgb[k], gb[k]);
+        for (int j = 0; j < V; ++j) xa[k][j] = xb[k][j] = ga[k][j] = gb[k][j] = 0.0f;
+      }
     }
 
-    // r: the saved value, or recomputed exactly as the forward defines it (the butterfly runs
-    // on every lane of the warp whenever either saved rstd is absent).
-    if (args.q_rstd == nullptr || args.k_rstd == nullptr) {
-      float ss = 0.0f;
+    // r: the saved value, or recomputed exactly as the forward defines it.
+    float ss = 0.0f;
 #pragma unroll
-      for (int k = 0; k < KS; ++k) {
+    for (int k = 0; k < KS; ++k) {
 #pragma unroll
-        for (int j = 0; j < V; ++j) {
-          ss = __fmaf_rn(xa[k][j], xa[k][j], ss);
-          ss = __fmaf_rn(xb[k][j], xb[k][j], ss);
-        }
+      for (int j = 0; j < V; ++j) {
+        ss = __fmaf_rn(xa[k][j], xa[k][j], ss);
+        ss = __fmaf_rn(xb[k][j], xb[k][j], ss);
       }
-      ss = qk_bwd_group_sum(ss, g);
-      if (rs == nullptr) r = rms_rstd(ss, d_head, args.eps);
     }
+    ss = qk_bwd_group_sum(ss, g);
+    float r = rms_rstd(ss, d_head, args.eps);
+    const float* rs = is_q ? args.q_rstd : args.k_rstd;
+    if (active && rs != nullptr) r = rs[t * (is_q ? a.hq : a.hk) + local];
 
     // g_n = rope_inverse(dout) on the rotary slots (a.inverse is set: s_i arrives negated).
     if (active) {
+      const int64_t p = a.source == RopeSource::kGathered ? 0 : rope_position(a, b, s);
 #pragma unroll
       for (int k = 0; k < KS; ++k) {
         const int m = sub + k * g;
         if (m < args.rot_slots) {
+          float c[V], sn[V];
+          rope_cos_sin<V>(a, p, b, s, m * V, c, sn);
           if (a.gptj) {
 #pragma unroll
             for (int j = 0; j < V; ++j) {
               float& ra = rope_pick<V>(ga[k], gb[k], 2 * j);
               float& rb = rope_pick<V>(ga[k], gb[k], 2 * j + 1);
               float ya, yb;
-              rope_rotate_pair(ra, rb, c[k][j], sn[k][j], &ya, &yb);
+              rope_rotate_pair(ra, rb, c[j], sn[j], &ya, &yb);
               ra = ya;
               rb = yb;
             }
@@ -218,7 +210,7 @@ __global__ void __launch_bounds__(core::kQkBwdThreads)
 #pragma unroll
             for (int j = 0; j < V; ++j) {
               float ya, yb;
-              rope_rotate_pair(ga[k][j], gb[k][j], c[k][j], sn[k][j], &ya, &yb);
+              rope_rotate_pair(ga[k][j], gb[k][j], c[j], sn[j], &ya, &yb);
               ga[k][j] = ya;
               gb[k][j] = yb;
             }
