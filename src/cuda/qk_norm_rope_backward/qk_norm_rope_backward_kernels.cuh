@@ -140,7 +140,15 @@ __global__ void __launch_bounds__(core::kQkBwdThreads)
     const bool is_q = hh < a.hq;
     const int local = is_q ? hh : hh - a.hq;
 
-    // Loads: x and dout of this lane's slots, all in flight before first use.
+    // Loads: the saved rstd and the position first (they wait under the x and dout loads), then
+    // x and dout of this lane's slots, all in flight before first use.
+    const float* rs = is_q ? args.q_rstd : args.k_rstd;
+    float r_saved = 0.0f;
+    int64_t p = 0;
+    if (active) {
+      if (rs != nullptr) r_saved = rs[t * (is_q ? a.hq : a.hk) + local];
+      if (a.source != RopeSource::kGathered) p = rope_position(a, b, s);
+    }
     float xa[KS][V], xb[KS][V], ga[KS][V], gb[KS][V];
     if (active) {
       const T* x = rope_head_ptr<T>(is_q ? a.q : a.k, b, s, local);
@@ -172,24 +180,25 @@ __global__ void __launch_bounds__(core::kQkBwdThreads)
       }
     }
 
-    // r: the saved value, or recomputed exactly as the forward defines it.
-    float ss = 0.0f;
+    // r: the saved value, or recomputed exactly as the forward defines it (the butterfly runs
+    // on every lane of the warp whenever either saved rstd is absent).
+    float r = r_saved;
+    if (args.q_rstd == nullptr || args.k_rstd == nullptr) {
+      float ss = 0.0f;
 #pragma unroll
-    for (int k = 0; k < KS; ++k) {
+      for (int k = 0; k < KS; ++k) {
 #pragma unroll
-      for (int j = 0; j < V; ++j) {
-        ss = __fmaf_rn(xa[k][j], xa[k][j], ss);
-        ss = __fmaf_rn(xb[k][j], xb[k][j], ss);
+        for (int j = 0; j < V; ++j) {
+          ss = __fmaf_rn(xa[k][j], xa[k][j], ss);
+          ss = __fmaf_rn(xb[k][j], xb[k][j], ss);
+        }
       }
+      ss = qk_bwd_group_sum(ss, g);
+      if (rs == nullptr) r = rms_rstd(ss, d_head, args.eps);
     }
-    ss = qk_bwd_group_sum(ss, g);
-    float r = rms_rstd(ss, d_head, args.eps);
-    const float* rs = is_q ? args.q_rstd : args.k_rstd;
-    if (active && rs != nullptr) r = rs[t * (is_q ? a.hq : a.hk) + local];
 
     // g_n = rope_inverse(dout) on the rotary slots (a.inverse is set: s_i arrives negated).
     if (active) {
-      const int64_t p = a.source == RopeSource::kGathered ? 0 : rope_position(a, b, s);
 #pragma unroll
       for (int k = 0; k < KS; ++k) {
         const int m = sub + k * g;
