@@ -62,8 +62,8 @@ void column_sums() {
   struct Shape {
     int64_t parts, cols;
   };
-  for (Shape sh :
-       {Shape{528, 4096}, Shape{528, 8192}, Shape{528, 4095}, Shape{264, 128}, Shape{132, 65536}}) {
+  for (Shape sh : {Shape{528, 1024}, Shape{528, 4096}, Shape{528, 8192}, Shape{528, 4095},
+                   Shape{264, 128}, Shape{132, 65536}}) {
     const size_t count = static_cast<size_t>(sh.parts) * sh.cols;
     std::vector<float> h(count);
     unsigned s = 7;
@@ -132,7 +132,7 @@ void backward_share() {
   fill_bf16(w, kMaxN, 4);
   const size_t ws_bytes = rms_norm_backward_workspace_size(kMaxM, kMaxN, -1);
   CK(cudaMalloc(&ws, ws_bytes));
-  for (int64_t n : {4096, 8192}) {
+  for (int64_t n : {1024, 4096, 8192}) {
     for (int64_t m : {1024, 4096, 32768}) {
       const TensorRef tx = rows(x, DType::kBFloat16, m, n);
       const TensorRef tw = TensorRef::contiguous(w, DType::kBFloat16, {n}, Device::cuda(0));
@@ -167,10 +167,10 @@ void backward_share() {
       const float t_rows = time_med(rows_only, true, 31);
       const float t_before = time_med(rows_before, true, 31);
       std::printf(
-          "N=%5lld M=%6lld (%s %dx%d, %lld partial rows): API %7.2f | rows kernel %7.2f | rows + "
-          "former column sum %7.2f\n",
+          "N=%5lld M=%6lld (%s %dx%d x%d rows, %lld partial rows): API %7.2f | rows kernel %7.2f | "
+          "rows + former column sum %7.2f\n",
           static_cast<long long>(n), static_cast<long long>(m),
-          core::rms_norm_bwd_path_name(plan.path), plan.threads, plan.vpt,
+          core::rms_norm_bwd_path_name(plan.path), plan.threads, plan.vpt, plan.rows_per_block,
           static_cast<long long>(grid), t_api, t_rows, t_before);
     }
   }
