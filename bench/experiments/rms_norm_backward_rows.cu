@@ -2,7 +2,9 @@
 // add_rms_norm_backward (bf16, contiguous rows, bf16 weight, saved rstd or recomputed) at
 // M = 4096 and 32768, N = 4096 and 8192, cold-L2 CUDA-event medians against the copy bandwidth of
 // the same run; built against two library versions it times one against the other. With the
-// argument "once" it runs each shape once (for a profiler); with "splits" it also times the
+// argument "once" it runs each shape once (for a profiler); with "narrow" it also times rows of
+// N = 512 and 1024 (the warp-per-row ring) at other rows per block, ring depths and as the block
+// ring (function narrow); with "splits" it also times the
 // block-per-row ring kernel at every threads x vectors-per-thread split that fits (the most
 // elementwise ulps by which dx differs from the production plan's at M = 4096: a different
 // reduction order, amplified where g and xh * mean nearly cancel). Question: what sets the time
@@ -26,6 +28,8 @@
 #include "core/row_layout.h"
 #include "cuda/common/column_sum.h"
 #include "cuda/common/dtype.cuh"
+#include "cuda/common/launch.h"
+#include "cuda/rms_norm_backward/rms_norm_backward_kernels.cuh"
 #include "cuda/rms_norm_backward/rms_norm_backward_typed.h"
 #include "experiment_timing.cuh"
 #include "ropenorm/rms_norm.h"
@@ -127,6 +131,122 @@ void splits(void* x, void* dy, void* ds, void* dx, void* dres, void* w, void* dw
   }
 }
 
+// The warp-per-row ring kernel with R warps (rows in flight) per block and an S-stage ring,
+// launched directly (the library fixes S = core::kBwdWarpStages); false when it does not fit.
+template <int VPT, int S>
+bool warp_variant(const cuda::RmsNormBwdKernelArgs& a, int rows_per_block, int64_t* grid) {
+  core::RmsNormBwdPlan p;
+  p.path = core::RmsNormBwdPath::kWarpPerRow;
+  p.vec = 8;
+  p.vpt = VPT;
+  p.threads = 32;
+  p.rows_per_block = rows_per_block;
+  p.stages = S;
+  p.smem_acc = false;
+  p.smem_bytes = core::bwd_smem_bytes(p, 4, true);
+  if (p.smem_bytes > core::kBwdSmemBudget) return false;
+  auto* kernel = cuda::rms_norm_bwd_rows_kernel<cuda::bf16, cuda::bf16, 8, VPT, S, true, false>;
+  const size_t smem = static_cast<size_t>(p.smem_bytes);
+  if (smem > 48 * 1024)
+    CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                            static_cast<int>(smem)));
+  int resident = 0;
+  CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, 32 * rows_per_block, smem));
+  *grid = core::bwd_grid(a.m, a.n, p, resident, cuda::device_sm_count());
+  kernel<<<static_cast<unsigned>(*grid), dim3(32, rows_per_block), smem>>>(a);
+  return true;
+}
+
+// Rows of at most 128 vectors (the warp-per-row ring): the production plan against the warp
+// kernel at other rows per block and ring depths, and against the block-per-row ring at every
+// split (rstd saved, plain; us, cold L2, column sum included; ulps of dx from the production
+// result at M = 4096). Question: why N = 1024 moves 22-56% of copy where N = 4096 moves 90%.
+void narrow(void* x, void* dy, void* dx, void* w, void* dw, void* rstd, void* ws, size_t ws_bytes) {
+  std::printf(
+      "\nnarrow rows: warp-per-row ring by rows per block R and stages S, block ring by split\n");
+  RmsNormParams fp;
+  fp.eps = 1e-6f;
+  RmsNormBackwardParams bp;
+  bp.eps = 1e-6f;
+  std::vector<uint16_t> ref, got;
+  for (int64_t n : {512, 1024}) {
+    for (int64_t m : {4096, 32768}) {
+      const TensorRef tx = rows(x, DType::kBFloat16, m, n);
+      const TensorRef tw = TensorRef::contiguous(w, DType::kBFloat16, {n}, Device::cuda(0));
+      const TensorRef tr = TensorRef::contiguous(rstd, DType::kFloat32, {m}, Device::cuda(0));
+      check(rms_norm(tx, tw, rows(dx, DType::kBFloat16, m, n), tr, fp), "rms_norm");
+      const TensorRef tws = TensorRef::contiguous(
+          ws, DType::kFloat32, {static_cast<int64_t>(ws_bytes / 4)}, Device::cuda(0));
+      const TensorRef tdw = TensorRef::contiguous(dw, DType::kBFloat16, {n}, Device::cuda(0));
+      const size_t count = static_cast<size_t>(m) * n;
+      auto api = [&] {
+        check(rms_norm_backward(rows(dy, DType::kBFloat16, m, n), tx, tw, tr,
+                                rows(dx, DType::kBFloat16, m, n), tdw, tws, bp),
+              "backward");
+      };
+      const float t_api = time_med(api, true);
+      ref.resize(count);
+      CK(cudaMemcpy(ref.data(), dx, count * 2, cudaMemcpyDeviceToHost));
+      const core::RmsNormBwdPlan prod = core::plan_rms_norm_backward(
+          n, 8, true, core::bwd_kernels_for(DType::kBFloat16, DType::kBFloat16), 4, true);
+      std::printf("N=%5lld M=%6lld: API %7.2f (%s R%d S%d vpt %d)\n", static_cast<long long>(n),
+                  static_cast<long long>(m), t_api, core::rms_norm_bwd_path_name(prod.path),
+                  prod.rows_per_block, prod.stages, prod.vpt);
+      const cuda::RmsNormBwdKernelArgs a = bwd_args(dy, x, nullptr, w, rstd, dx, nullptr, ws, m, n);
+      auto report = [&](const char* what, float t) {
+        got.resize(count);
+        CK(cudaMemcpy(got.data(), dx, count * 2, cudaMemcpyDeviceToHost));
+        int worst = 0;
+        for (size_t i = 0; i < count; ++i) worst = std::max(worst, ulp_dist(ref[i], got[i]));
+        std::printf("  %-18s %7.2f us (%d ulp)\n", what, t, worst);
+      };
+      for (int r : {1, 2, 4, 8}) {
+        for (int stages : {2, 4}) {
+          bool fits = true;
+          auto run = [&] {
+            int64_t grid = 0;
+            if (n == 512) {
+              fits =
+                  stages == 2 ? warp_variant<2, 2>(a, r, &grid) : warp_variant<2, 4>(a, r, &grid);
+            } else {
+              fits =
+                  stages == 2 ? warp_variant<4, 2>(a, r, &grid) : warp_variant<4, 4>(a, r, &grid);
+            }
+            if (fits) {
+              check(cuda::launch_column_sum("narrow", a.partials, grid, n, DType::kBFloat16, dw,
+                                            nullptr),
+                    "column sum");
+            }
+          };
+          run();
+          if (!fits) continue;
+          const float t = time_med(run, true);
+          char what[32];
+          std::snprintf(what, sizeof what, "warp R%d S%d", r, stages);
+          report(what, t);
+        }
+      }
+      for (int vpt : {1, 2, 4}) {
+        const core::RmsNormBwdPlan p = split_plan(n, vpt, 4);
+        if (p.threads == 0) continue;
+        auto run = [&] {
+          int64_t grid = 0;
+          check(cuda::launch_rms_norm_backward_typed<cuda::bf16, cuda::bf16>("narrow", a, p,
+                                                                             nullptr, &grid),
+                "block split");
+          check(
+              cuda::launch_column_sum("narrow", a.partials, grid, n, DType::kBFloat16, dw, nullptr),
+              "column sum");
+        };
+        const float t = time_med(run, true);
+        char what[32];
+        std::snprintf(what, sizeof what, "block %dx%d S%d", p.threads, vpt, p.stages);
+        report(what, t);
+      }
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -194,5 +314,6 @@ int main(int argc, char** argv) {
   }
   if (argc > 1 && std::strcmp(argv[1], "splits") == 0)
     splits(x, dy, ds, dx, dres, w, dw, rstd, ws, ws_bytes);
+  if (argc > 1 && std::strcmp(argv[1], "narrow") == 0) narrow(x, dy, dx, w, dw, rstd, ws, ws_bytes);
   return 0;
 }
