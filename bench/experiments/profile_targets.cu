@@ -8,6 +8,8 @@
 //   rope_fwd      rope, bf16, T = 65536, the same heads, f32 cache, out of place
 //   rms_bwd_1024  rms_norm_backward, bf16, M = 32768, N = 1024 (the warp-per-row ring), saved rstd
 //   rms_bwd_4096  rms_norm_backward, bf16, M = 4096, N = 4096 (the block ring, few rows per block)
+//   rms_bwd_1x1024  rms_norm_backward, bf16, M = 1, N = 1024 (one warp; 7.99 us in a graph at
+//                 d0d8d65, slower than N = 4096's 6.18 and than the unfused baseline's 7.30)
 //   rms_fwd_4096  rms_norm, bf16, M = 4096, N = 4096, rstd saved
 // Positions are random in [0, T) (int64); inputs as fill_bf16 draws them. Buffers live until exit.
 // Not part of the build:
@@ -148,9 +150,10 @@ bool run_target(const std::string& name) {
               "qk_norm_rope_backward");
       };
     }
-  } else if (name == "rms_bwd_1024" || name == "rms_bwd_4096" || name == "rms_fwd_4096") {
-    const int64_t m = name == "rms_bwd_1024" ? 32768 : 4096;
-    const int64_t n = name == "rms_bwd_1024" ? 1024 : 4096;
+  } else if (name == "rms_bwd_1024" || name == "rms_bwd_4096" || name == "rms_fwd_4096" ||
+             name == "rms_bwd_1x1024") {
+    const int64_t m = name == "rms_bwd_1024" ? 32768 : (name == "rms_bwd_1x1024" ? 1 : 4096);
+    const int64_t n = name == "rms_bwd_1024" || name == "rms_bwd_1x1024" ? 1024 : 4096;
     const size_t elems = static_cast<size_t>(m * n);
     void* x = device_alloc(elems * 2);
     void* dy = device_alloc(elems * 2);
@@ -190,7 +193,8 @@ bool run_target(const std::string& name) {
 int main(int argc, char** argv) {
   if (argc < 2) {
     std::printf(
-        "usage: %s TARGET...  (qk_fwd qk_bwd rope_fwd rms_bwd_1024 rms_bwd_4096 rms_fwd_4096)\n",
+        "usage: %s TARGET...  (qk_fwd qk_bwd rope_fwd rms_bwd_1024 rms_bwd_4096 rms_bwd_1x1024 "
+        "rms_fwd_4096)\n",
         argv[0]);
     return 2;
   }
