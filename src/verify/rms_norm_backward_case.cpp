@@ -68,6 +68,7 @@ std::string describe(const RmsNormBackwardCase& c) {
   if (c.storage_offset) os << " off=" << c.storage_offset;
   if (c.weight_offset >= 0) os << " w_off=" << c.weight_offset;
   if (c.workspace_offset >= 0) os << " ws_off=" << c.workspace_offset;
+  if (c.dx_offset >= 0) os << " dx_off=" << c.dx_offset;
   if (c.batch) os << " batch=" << c.batch;
   if (c.in_place) os << " in-place";
   if (c.fill == Fill::kZero) os << " zero-rows";
@@ -111,6 +112,8 @@ RmsNormBackwardOutcome run_backward_case(const RmsNormBackwardCase& c,
                                          const RmsNormBackwardInputs& in) {
   RmsNormBackwardOutcome out;
   const RowPlacement L{c.m, c.n, c.n + c.pitch_pad, c.storage_offset, c.batch};
+  RowPlacement DL = L;  // dx (out of place)
+  if (c.dx_offset >= 0 && !c.in_place) DL.offset = c.dx_offset;
   const bool dres_in_ds = c.fused && c.in_place && c.has_ds;
   const DType dx_dtype = c.in_place ? c.dy_dtype : c.dx_dtype;
   const DType dres_dtype = dres_in_ds ? c.x_dtype : c.dres_dtype;
@@ -123,7 +126,7 @@ RmsNormBackwardOutcome run_backward_case(const RmsNormBackwardCase& c,
   DeviceBuffer dsb, dxb, dresb, wb, dwb, rb, wsb;
   if (c.fused && c.has_ds) dsb = upload_image(place(in.ds, L));
   if (!c.in_place) {
-    dxb = DeviceBuffer(static_cast<size_t>(L.elems()) * dtype_size(dx_dtype));
+    dxb = DeviceBuffer(static_cast<size_t>(DL.elems()) * dtype_size(dx_dtype));
     dxb.poison();
   }
   if (c.fused && !dres_in_ds) {
@@ -148,7 +151,7 @@ RmsNormBackwardOutcome run_backward_case(const RmsNormBackwardCase& c,
   const TensorRef dy = L.view(dyb.get(), c.dy_dtype);
   const TensorRef x = L.view(xb.get(), c.x_dtype);
   const TensorRef ds = c.fused && c.has_ds ? L.view(dsb.get(), c.x_dtype) : TensorRef();
-  const TensorRef dx = c.in_place ? dy : L.view(dxb.get(), dx_dtype);
+  const TensorRef dx = c.in_place ? dy : DL.view(dxb.get(), dx_dtype);
   const TensorRef dres = !c.fused ? TensorRef() : dres_in_ds ? ds : L.view(dresb.get(), dres_dtype);
   const TensorRef w =
       c.has_weight ? TensorRef(wb.at(woff, c.w_dtype), c.w_dtype, {c.n}, {1}, dev) : TensorRef();
@@ -168,7 +171,8 @@ RmsNormBackwardOutcome run_backward_case(const RmsNormBackwardCase& c,
     return out;
   }
 
-  out.dx_out = gather(download_all(c.in_place ? dyb : dxb), dx_dtype, L, &out.pad_written);
+  out.dx_out =
+      gather(download_all(c.in_place ? dyb : dxb), dx_dtype, c.in_place ? L : DL, &out.pad_written);
   if (c.fused) {
     out.dres_out = gather(download_all(dres_in_ds ? dsb : dresb), dres_dtype, L, &out.pad_written);
   }

@@ -32,6 +32,8 @@ struct RmsNormBackwardCase {
   int64_t storage_offset = 0;     ///< elements before the first row in each buffer (misalignment)
   int64_t weight_offset = -1;     ///< elements before the weight and dw (-1: storage_offset)
   int64_t workspace_offset = -1;  ///< floats before the workspace (-1: storage_offset)
+  int64_t dx_offset = -1;         ///< elements before dx's first row (-1: storage_offset; out of
+                                  ///< place)
   int64_t batch = 0;              ///< > 0: view the rows as [batch, m / batch, n] stored seq-major
   Fill fill = Fill::kNormal;      ///< x's rows: kNormal, kZero or kConstant (dy, ds always normal)
   uint64_t seed = 1;

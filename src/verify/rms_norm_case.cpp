@@ -89,6 +89,7 @@ std::string describe(const RmsNormCase& c) {
   if (c.pitch_pad) os << " pad=" << c.pitch_pad;
   if (c.storage_offset) os << " off=" << c.storage_offset;
   if (c.residual_offset >= 0) os << " res_off=" << c.residual_offset;
+  if (c.y_offset >= 0) os << " y_off=" << c.y_offset;
   if (c.batch) os << " batch=" << c.batch;
   if (c.in_place) os << " in-place";
   if (c.plan_rows) os << " planned-for=" << c.plan_rows;
@@ -121,6 +122,8 @@ RmsNormOutcome run_case(const RmsNormCase& c, const RmsNormInputs& in) {
   const RowPlacement L{c.m, c.n, c.n + c.pitch_pad, c.storage_offset, c.batch};
   RowPlacement RL = L;  // residual and residual_out
   if (c.residual_offset >= 0) RL.offset = c.residual_offset;
+  RowPlacement YL = L;  // y (out of place)
+  if (c.y_offset >= 0 && !c.in_place) YL.offset = c.y_offset;
   const DType y_dtype = c.in_place ? c.x_dtype : c.y_dtype;
 
   DeviceBuffer xb(place(in.x, L).size());
@@ -139,7 +142,7 @@ RmsNormOutcome run_case(const RmsNormCase& c, const RmsNormInputs& in) {
     }
   }
   if (!c.in_place) {
-    yb = DeviceBuffer(static_cast<size_t>(L.elems()) * dtype_size(y_dtype));
+    yb = DeviceBuffer(static_cast<size_t>(YL.elems()) * dtype_size(y_dtype));
     yb.poison();
   }
   if (c.has_weight) {
@@ -157,7 +160,7 @@ RmsNormOutcome run_case(const RmsNormCase& c, const RmsNormInputs& in) {
   }
 
   const TensorRef x = L.view(xb.get(), c.x_dtype);
-  const TensorRef y = c.in_place ? x : L.view(yb.get(), y_dtype);
+  const TensorRef y = c.in_place ? x : YL.view(yb.get(), y_dtype);
   const TensorRef w = c.has_weight ? TensorRef(wb.at(c.storage_offset, c.w_dtype), c.w_dtype, {c.n},
                                                {1}, Device::cuda(0))
                                    : TensorRef();
@@ -183,7 +186,8 @@ RmsNormOutcome run_case(const RmsNormCase& c, const RmsNormInputs& in) {
   }
 
   // Read back.
-  out.y_out = gather(download_all(c.in_place ? xb : yb), y_dtype, L, &out.pad_written);
+  out.y_out =
+      gather(download_all(c.in_place ? xb : yb), y_dtype, c.in_place ? L : YL, &out.pad_written);
   if (c.fused) {
     out.residual_out_host =
         gather(download_all(c.in_place ? rb : rob), c.res_dtype, RL, &out.pad_written);

@@ -147,11 +147,25 @@ TEST(GpuRmsNormBackward, StridedMisalignedAnd3dViews) {
       expect_pass(c);
     }
   }
-  // Mixed element sizes on misaligned rows (scalar access).
+  // Mixed element sizes on misaligned rows at one element phase (vectorised, rows peeled), then
+  // dx at another phase: the scalar two-pass kernel, for mixed and for equal element sizes.
   RmsNormBackwardCase c = same_dtype(19, 4096, DType::kBFloat16, seed++);
   c.dy_dtype = DType::kFloat32;
   c.storage_offset = 1;
   expect_pass(c);
+  c.dx_offset = 2;
+  c.seed = seed++;
+  expect_pass(c);
+  for (DType dt : kFloatTypes) {
+    for (bool fused : {false, true}) {
+      RmsNormBackwardCase s = same_dtype(23, 4095, dt, seed++);
+      s.fused = fused;
+      s.has_ds = fused;
+      s.storage_offset = 1;
+      s.dx_offset = 2;
+      expect_pass(s);
+    }
+  }
   // Aligned rows with a misaligned weight (and dw): the staged weight factors' scalar loads on
   // the warp and block paths.
   for (DType dt : kFloatTypes) {

@@ -290,7 +290,8 @@ TEST(GpuRmsNorm, BatchInvariance) {
 // The block path's split follows the row count (few, middle, many rows per multiprocessor);
 // its reduction is split-invariant, so the same rows planned for each of those row counts give
 // the same bits, each passing the oracle: dtypes, both roundings, offsets, edge elements (4095,
-// misaligned rows), the scalar path (mixed element sizes at a misaligned address), the fused add.
+// misaligned rows), mixed element sizes at one element phase (vectorised) and the scalar path (y
+// at another element phase than x), the fused add.
 // Rows of more than 32 virtual warps (16384 at 8 elements per vector, 2050 scalars) have one
 // split at every row count; they check chunk_sum's two-level order against the oracle.
 TEST(GpuRmsNorm, SplitInvariance) {
@@ -302,6 +303,7 @@ TEST(GpuRmsNorm, SplitInvariance) {
     DType x, y;
     bool fused, hf;
     int64_t offset;
+    int64_t y_offset = -1;  ///< -1: offset (the same element phase as x)
   };
   const Variant variants[] = {
       {4096, DType::kBFloat16, DType::kBFloat16, false, false, 0},
@@ -311,7 +313,8 @@ TEST(GpuRmsNorm, SplitInvariance) {
       {4096, DType::kFloat32, DType::kFloat32, false, false, 0},
       {5000, DType::kFloat16, DType::kFloat16, false, true, 1},
       {1000, DType::kBFloat16, DType::kFloat32, false, false, 1},
-      {2050, DType::kBFloat16, DType::kFloat32, false, false, 1},
+      {1000, DType::kBFloat16, DType::kFloat32, false, false, 1, 2},
+      {2050, DType::kBFloat16, DType::kFloat32, false, false, 1, 2},
       {4096, DType::kBFloat16, DType::kBFloat16, true, false, 0},
       {4095, DType::kFloat16, DType::kFloat16, true, true, 0},
   };
@@ -324,6 +327,7 @@ TEST(GpuRmsNorm, SplitInvariance) {
     c.y_dtype = v.y;
     c.fused = v.fused;
     c.storage_offset = v.offset;
+    c.y_offset = v.y_offset;
     c.params.rounding = v.hf ? Rounding::kHfLlama : Rounding::kExact;
     c.params.weight_offset = v.hf ? 1.0f : 0.0f;
     c.seed = seed++;
