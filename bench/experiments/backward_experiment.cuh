@@ -1,6 +1,7 @@
 // Helpers shared by the RMSNorm backward experiments (not part of the build): contiguous bf16
-// row views, deterministic bf16 inputs, a status check that stops the program, and the row
-// kernel's arguments for contiguous bf16 rows.
+// row views, deterministic bf16 inputs, a status check that stops the program, the views of one
+// backward shape (with the forward's rstd), and the row kernel's arguments for contiguous bf16
+// rows.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -14,6 +15,7 @@
 #include "core/row_layout.h"
 #include "cuda/rms_norm_backward/rms_norm_backward_args.h"
 #include "experiment_timing.cuh"
+#include "ropenorm/rms_norm.h"
 #include "ropenorm/status.h"
 #include "ropenorm/tensor.h"
 
@@ -40,6 +42,29 @@ inline void check(const ropenorm::Status& st, const char* what) {
     std::printf("%s: %s\n", what, st.message().c_str());
     std::exit(1);
   }
+}
+
+/// Views of one backward shape [m, n] over an experiment's buffers: bf16 x and weight, fp32 rstd
+/// (filled by the forward, whose y goes to dx) and workspace, bf16 dw.
+struct BwdShape {
+  ropenorm::TensorRef x, w, rstd, ws, dw;
+};
+inline BwdShape bwd_shape(void* x, void* w, void* rstd, void* dx, void* ws, size_t ws_bytes,
+                          void* dw, int64_t m, int64_t n) {
+  using ropenorm::Device;
+  using ropenorm::DType;
+  using ropenorm::TensorRef;
+  BwdShape v;
+  v.x = rows(x, DType::kBFloat16, m, n);
+  v.w = TensorRef::contiguous(w, DType::kBFloat16, {n}, Device::cuda(0));
+  v.rstd = TensorRef::contiguous(rstd, DType::kFloat32, {m}, Device::cuda(0));
+  ropenorm::RmsNormParams fp;
+  fp.eps = 1e-6f;
+  check(ropenorm::rms_norm(v.x, v.w, rows(dx, DType::kBFloat16, m, n), v.rstd, fp), "rms_norm");
+  v.ws = TensorRef::contiguous(ws, DType::kFloat32, {static_cast<int64_t>(ws_bytes / 4)},
+                               Device::cuda(0));
+  v.dw = TensorRef::contiguous(dw, DType::kBFloat16, {n}, Device::cuda(0));
+  return v;
 }
 
 /// Kernel arguments of contiguous bf16 rows [m, n]: dy, x (s), ds (fused add, else null), bf16

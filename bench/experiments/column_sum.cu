@@ -134,15 +134,8 @@ void backward_share() {
   CK(cudaMalloc(&ws, ws_bytes));
   for (int64_t n : {1024, 4096, 8192}) {
     for (int64_t m : {1024, 4096, 32768}) {
-      const TensorRef tx = rows(x, DType::kBFloat16, m, n);
-      const TensorRef tw = TensorRef::contiguous(w, DType::kBFloat16, {n}, Device::cuda(0));
-      const TensorRef tr = TensorRef::contiguous(rstd, DType::kFloat32, {m}, Device::cuda(0));
-      RmsNormParams fp;
-      fp.eps = 1e-6f;
-      check(rms_norm(tx, tw, rows(dx, DType::kBFloat16, m, n), tr, fp), "rms_norm");
-      const TensorRef tws = TensorRef::contiguous(
-          ws, DType::kFloat32, {static_cast<int64_t>(ws_bytes / 4)}, Device::cuda(0));
-      const TensorRef tdw = TensorRef::contiguous(dw, DType::kBFloat16, {n}, Device::cuda(0));
+      const BwdShape sh = bwd_shape(x, w, rstd, dx, ws, ws_bytes, dw, m, n);
+      const TensorRef &tx = sh.x, &tw = sh.w, &tr = sh.rstd, &tws = sh.ws, &tdw = sh.dw;
       RmsNormBackwardParams bp;
       bp.eps = 1e-6f;
       auto api = [&] {

@@ -67,21 +67,14 @@ core::RmsNormBwdPlan split_plan(int64_t n, int vpt, int ring_elem_bytes) {
 void splits(void* x, void* dy, void* ds, void* dx, void* dres, void* w, void* dw, void* rstd,
             void* ws, size_t ws_bytes) {
   std::printf("\nblock-per-row ring kernel by split (rstd saved; us, cold L2)\n");
-  RmsNormParams fp;
-  fp.eps = 1e-6f;
   RmsNormBackwardParams bp;
   bp.eps = 1e-6f;
   std::vector<uint16_t> ref, got;
   for (int64_t n : {4096, 8192}) {
     for (bool fused : {false, true}) {
       for (int64_t m : {4096, 32768}) {
-        const TensorRef tx = rows(x, DType::kBFloat16, m, n);
-        const TensorRef tw = TensorRef::contiguous(w, DType::kBFloat16, {n}, Device::cuda(0));
-        const TensorRef tr = TensorRef::contiguous(rstd, DType::kFloat32, {m}, Device::cuda(0));
-        check(rms_norm(tx, tw, rows(dx, DType::kBFloat16, m, n), tr, fp), "rms_norm");
-        const TensorRef tws = TensorRef::contiguous(
-            ws, DType::kFloat32, {static_cast<int64_t>(ws_bytes / 4)}, Device::cuda(0));
-        const TensorRef tdw = TensorRef::contiguous(dw, DType::kBFloat16, {n}, Device::cuda(0));
+        const BwdShape sh = bwd_shape(x, w, rstd, dx, ws, ws_bytes, dw, m, n);
+        const TensorRef &tx = sh.x, &tw = sh.w, &tr = sh.rstd, &tws = sh.ws, &tdw = sh.dw;
         const size_t count = static_cast<size_t>(m) * n;
         const bool compare = m == 4096;
         if (compare) {
@@ -164,20 +157,13 @@ bool warp_variant(const cuda::RmsNormBwdKernelArgs& a, int rows_per_block, int64
 void narrow(void* x, void* dy, void* dx, void* w, void* dw, void* rstd, void* ws, size_t ws_bytes) {
   std::printf(
       "\nnarrow rows: warp-per-row ring by rows per block R and stages S, block ring by split\n");
-  RmsNormParams fp;
-  fp.eps = 1e-6f;
   RmsNormBackwardParams bp;
   bp.eps = 1e-6f;
   std::vector<uint16_t> ref, got;
   for (int64_t n : {512, 1024}) {
     for (int64_t m : {4096, 32768}) {
-      const TensorRef tx = rows(x, DType::kBFloat16, m, n);
-      const TensorRef tw = TensorRef::contiguous(w, DType::kBFloat16, {n}, Device::cuda(0));
-      const TensorRef tr = TensorRef::contiguous(rstd, DType::kFloat32, {m}, Device::cuda(0));
-      check(rms_norm(tx, tw, rows(dx, DType::kBFloat16, m, n), tr, fp), "rms_norm");
-      const TensorRef tws = TensorRef::contiguous(
-          ws, DType::kFloat32, {static_cast<int64_t>(ws_bytes / 4)}, Device::cuda(0));
-      const TensorRef tdw = TensorRef::contiguous(dw, DType::kBFloat16, {n}, Device::cuda(0));
+      const BwdShape sh = bwd_shape(x, w, rstd, dx, ws, ws_bytes, dw, m, n);
+      const TensorRef &tx = sh.x, &tw = sh.w, &tr = sh.rstd, &tws = sh.ws, &tdw = sh.dw;
       const size_t count = static_cast<size_t>(m) * n;
       auto api = [&] {
         check(rms_norm_backward(rows(dy, DType::kBFloat16, m, n), tx, tw, tr,
