@@ -4,8 +4,8 @@
 // the same run; built against two library versions it times one against the other. With the
 // argument "once" it runs each shape once (for a profiler); with "narrow" it also times rows of
 // N = 512 and 1024 (the warp-per-row ring) at other rows per block, ring depths and as the block
-// ring (function narrow); with "splits" it also times the
-// block-per-row ring kernel at every threads x vectors-per-thread split that fits (the most
+// ring (function narrow), and single rows by part (function single); with "splits" it also times
+// the block-per-row ring kernel at every threads x vectors-per-thread split that fits (the most
 // elementwise ulps by which dx differs from the production plan's at M = 4096: a different
 // reduction order, amplified where g and xh * mean nearly cancel). Question: what sets the time
 // of a row in the ring kernel, whose plain op at N = 4096 moved 60% of the fused add's bytes in
@@ -233,6 +233,52 @@ void narrow(void* x, void* dy, void* dx, void* w, void* dw, void* rstd, void* ws
   }
 }
 
+// Single rows (M = 1, N = 1024 and 4096) under CUDA-graph replay: the public call, its row kernel
+// alone, its column sum alone, and the public call again with the device's cache preference set
+// to shared memory (cudaFuncCachePreferShared: no L1 / shared-memory reconfiguration between the
+// row kernel's large dynamic shared memory and the column sum). Question: where a single row's
+// 6-8 us go, against a launch floor of 0.78 us.
+void single(void* x, void* dy, void* dx, void* w, void* dw, void* rstd, void* ws, size_t ws_bytes) {
+  std::printf("\nsingle rows, CUDA-graph replay (us per call)\n");
+  RmsNormBackwardParams bp;
+  bp.eps = 1e-6f;
+  for (int64_t n : {1024, 4096}) {
+    const int64_t m = 1;
+    const BwdShape sh = bwd_shape(x, w, rstd, dx, ws, ws_bytes, dw, m, n);
+    const TensorRef tdy = rows(dy, DType::kBFloat16, m, n), tdx = rows(dx, DType::kBFloat16, m, n);
+    auto api = [&](cudaStream_t st) {
+      check(rms_norm_backward(tdy, sh.x, sh.w, sh.rstd, tdx, sh.dw, sh.ws, bp, st), "backward");
+    };
+    const cuda::RmsNormBwdKernelArgs a = bwd_args(dy, x, nullptr, w, rstd, dx, nullptr, ws, m, n);
+    const core::RmsNormBwdPlan plan = core::plan_rms_norm_backward(
+        n, 8, true, core::bwd_kernels_for(DType::kBFloat16, DType::kBFloat16), 4, true);
+    int64_t grid = 0;
+    auto rows_only = [&](cudaStream_t st) {
+      check(cuda::launch_rms_norm_backward_typed<cuda::bf16, cuda::bf16>("single", a, plan, st,
+                                                                         &grid),
+            "rows");
+    };
+    rows_only(nullptr);
+    CK(cudaDeviceSynchronize());
+    auto sum_only = [&](cudaStream_t st) {
+      check(cuda::launch_column_sum("single", a.partials, grid, n, DType::kBFloat16, dw, st),
+            "column sum");
+    };
+    const float t_api = time_graph(api);
+    const float t_rows = time_graph(rows_only);
+    const float t_sum = time_graph(sum_only);
+    CK(cudaDeviceSetCacheConfig(cudaFuncCachePreferShared));
+    const float t_pref = time_graph(api);
+    CK(cudaDeviceSetCacheConfig(cudaFuncCachePreferNone));
+    std::printf(
+        "N=%5lld M=1 (%s %dx%d R%d S%d, %lld blocks, %lld B shared): API %6.2f | rows kernel %6.2f "
+        "| column sum %6.2f | API, prefer shared %6.2f\n",
+        static_cast<long long>(n), core::rms_norm_bwd_path_name(plan.path), plan.threads, plan.vpt,
+        plan.rows_per_block, plan.stages, static_cast<long long>(grid),
+        static_cast<long long>(plan.smem_bytes), t_api, t_rows, t_sum, t_pref);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -300,6 +346,9 @@ int main(int argc, char** argv) {
   }
   if (argc > 1 && std::strcmp(argv[1], "splits") == 0)
     splits(x, dy, ds, dx, dres, w, dw, rstd, ws, ws_bytes);
-  if (argc > 1 && std::strcmp(argv[1], "narrow") == 0) narrow(x, dy, dx, w, dw, rstd, ws, ws_bytes);
+  if (argc > 1 && std::strcmp(argv[1], "narrow") == 0) {
+    narrow(x, dy, dx, w, dw, rstd, ws, ws_bytes);
+    single(x, dy, dx, w, dw, rstd, ws, ws_bytes);
+  }
   return 0;
 }
