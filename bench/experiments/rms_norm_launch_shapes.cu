@@ -8,7 +8,11 @@
 // flight (128 x 4 reaches 96% of copy at M = 32768, 256 x 2 70%), while few rows want the widest
 // block (M = 1: 512 x 1 in 1.71 us, 128 x 4 2.50 us with the split-invariant reduction, at
 // 89ff5f2). Question now: where between the row counts does each split win (the
-// plan's kFewRowsPerSm and kMidRowsPerSm)? Each split's registers are printed.
+// plan's kFewRowsPerSm and kMidRowsPerSm)? Each split's registers are printed. Plain rows also
+// run a lean form of the direct kernel (lean_kernel: aligned rows without edge elements, bf16
+// weight read as vectors, exact rounding, bf16 output, no rstd; the same arithmetic in the same
+// order, so the same bits): is the general kernel's register count (and so its occupancy) what
+// keeps M = 4096 N = 4096 at 21.7 us against a 15.9 us floor?
 // Not part of the build:
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90,code=sm_90 -Iinclude -Isrc \
 //        bench/experiments/rms_norm_launch_shapes.cu build/libropenorm.a -o rms_norm_launch_shapes
@@ -70,6 +74,67 @@ RmsNormKernelArgs make_args(bf16* x, bf16* w, bf16* y, bf16* r, bf16* ro, int64_
   a.rounding = Rounding::kExact;
   a.weight_vec = true;
   return a;
+}
+// The direct kernel without its generality (see the file comment); block b owns rows b,
+// b + gridDim.x, ...; thread t owns vectors t, t + blockDim.x, ... (VPT of them).
+template <int VPT>
+__global__ void __launch_bounds__(core::kRowsMaxThreads)
+    lean_kernel(const bf16* __restrict__ x, const bf16* __restrict__ w, bf16* __restrict__ y,
+                int64_t m, int n, float eps) {
+  __shared__ float scratch[VPT * core::kRowsMaxThreads / 32];
+  const int tid = threadIdx.x, nthreads = blockDim.x, nvec = n / 8;
+  griddep_wait();
+  griddep_launch_dependents();
+  for (int64_t row = blockIdx.x; row < m; row += gridDim.x) {
+    const bf16* xr = x + row * n;
+    float v[VPT][8], part[VPT];
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) {
+      const int j = tid + k * nthreads;
+      if (j < nvec) {
+        load_pack<bf16, 8>(xr + static_cast<int64_t>(j) * 8, v[k]);
+      } else {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) v[k][i] = 0.0f;
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) {
+      part[k] = 0.0f;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) part[k] += v[k][i] * v[k][i];
+    }
+    const float rstd = rms_rstd(chunk_sum<VPT, core::kRowsMaxThreads>(part, scratch), n, eps);
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) {
+      const int j = tid + k * nthreads;
+      if (j < nvec) {
+        float wv[8];
+        load_pack<bf16, 8>(w + static_cast<int64_t>(j) * 8, wv);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) v[k][i] = rms_apply_exact(v[k][i], rstd, wv[i] + 0.0f);
+        store_pack<bf16, 8>(y + row * n + static_cast<int64_t>(j) * 8, v[k]);
+      }
+    }
+  }
+}
+template <int VPT>
+const void* lean_ptr() {
+  return reinterpret_cast<const void*>(lean_kernel<VPT>);
+}
+const void* lean_kernel_of(int vpt) {
+  return vpt == 1 ? lean_ptr<1>() : vpt == 2 ? lean_ptr<2>() : lean_ptr<4>();
+}
+void launch_lean(int vpt, int threads, const bf16* x, const bf16* w, bf16* y, int64_t m, int n,
+                 cudaStream_t s) {
+  const unsigned grid = static_cast<unsigned>(m < 65535 * 32 ? m : 65535 * 32);
+  if (vpt == 1) {
+    CK(launch_with_pdl(lean_kernel<1>, dim3(grid), dim3(threads), 0, s, x, w, y, m, n, 1e-6f));
+  } else if (vpt == 2) {
+    CK(launch_with_pdl(lean_kernel<2>, dim3(grid), dim3(threads), 0, s, x, w, y, m, n, 1e-6f));
+  } else {
+    CK(launch_with_pdl(lean_kernel<4>, dim3(grid), dim3(threads), 0, s, x, w, y, m, n, 1e-6f));
+  }
 }
 int regs_of(const void* k) {
   cudaFuncAttributes fa;
@@ -159,6 +224,28 @@ int main() {
               fused ? "add_rms" : "rms    ", (long)N, (long)M, vs[i].threads, vs[i].vpt,
               i == 0 ? "(prod)" : "      ", regs, us, bytes / us / 1e3,
               100 * bytes / us / 1e3 / copy, ndiff, maxd);
+          if (fused || vs[i].vpt > 4) continue;
+          // The lean form of the same split, against the production output.
+          const int vpt = vs[i].vpt, threads = vs[i].threads;
+          auto lean = [&](cudaStream_t stream) {
+            launch_lean(vpt, threads, x, w, y, M, static_cast<int>(N), stream);
+          };
+          CK(cudaMemset(y, 0xff, M * N * 2));
+          const float lus = M <= 512 ? time_graph(lean) : time_med([&] { lean(0); }, true, 21);
+          CK(cudaMemcpy(out.data(), y, M * N * 2, cudaMemcpyDeviceToHost));
+          size_t ldiff = 0;
+          int lmax = 0;
+          for (size_t k = 0; k < out.size(); ++k) {
+            const int d = ulp_dist(out[k], ref[k]);
+            ldiff += d != 0;
+            lmax = std::max(lmax, d);
+          }
+          printf(
+              "lean    N=%5ld M=%6ld threads=%3d vpt=%d        regs=%3d %8.2f us %6.0f GB/s "
+              "%5.1f%% "
+              "copy  vs-prod: %zu differ, max %d ulp\n",
+              (long)N, (long)M, threads, vpt, regs_of(lean_kernel_of(vpt)), lus, bytes / lus / 1e3,
+              100 * bytes / lus / 1e3 / copy, ldiff, lmax);
         }
       }
   printf("done\n");
