@@ -19,13 +19,6 @@ const char* rms_norm_path_name(RmsNormPath path) {
 
 namespace {
 
-bool strides_16b(const AccessFacts& t) {
-  for (int d = 0; d < t.rows.nd; ++d) {
-    if ((t.rows.strides[d] * t.elem_size) % 16 != 0) return false;
-  }
-  return true;
-}
-
 uintptr_t addr(const void* p) { return reinterpret_cast<uintptr_t>(p); }
 
 // Row r of t starts at an element index (its address over the element size) congruent modulo
@@ -58,17 +51,10 @@ bool same_element_phase(const AccessFacts& t, const AccessFacts& x, int v) {
 
 }  // namespace
 
-int rms_norm_vector_width(int64_t n, const AccessFacts& x,
-                          std::initializer_list<AccessFacts> others) {
+int rms_norm_vector_width(const AccessFacts& x, std::initializer_list<AccessFacts> others) {
   const int v = max_vector_width(x.elem_size);
-  const bool x_phase0 = addr(x.data) % 16 == 0 && strides_16b(x) && n % v == 0;
   for (const AccessFacts& t : others) {
-    if (t.data == nullptr || same_element_phase(t, x, v)) continue;
-    // Another element size: x at phase 0 on every row and t 16-byte aligned with 16-byte strides
-    // (a V-element vector of t then starts at a multiple of V elements).
-    if (t.elem_size == x.elem_size || !x_phase0 || addr(t.data) % 16 != 0 || !strides_16b(t)) {
-      return kScalarWidth;
-    }
+    if (t.data != nullptr && !same_element_phase(t, x, v)) return kScalarWidth;
   }
   return v;
 }

@@ -36,17 +36,14 @@ struct AccessFacts {
 };
 
 /// Width V (in elements) of the vector accesses: max_vector_width(x's element size), with each
-/// row split at run time into p leading scalars, aligned vectors and a scalar tail, or the
-/// scalar width 1. V needs every other tensor's vectors to be aligned wherever x's are: each
-/// row of the tensor starts at an element index congruent to that of x's row modulo
-/// q = min(V, 16 / its element size) (bases congruent, and strides congruent per dimension or
-/// all multiples of q elements), whatever the element sizes (its V-element vectors then start
-/// at multiples of q elements: min(16, V * element size) bytes); or, for another element size,
-/// phase 0 on every row (x and
-/// that tensor 16-byte aligned, strides multiples of 16 bytes, and N % V == 0). The weight is not
-/// a constraint (staged in shared memory or read as scalars).
-int rms_norm_vector_width(int64_t n, const AccessFacts& x,
-                          std::initializer_list<AccessFacts> others);
+/// row split at run time into p leading scalars, aligned vectors and a scalar tail (so any row
+/// width), or the scalar width 1. V needs every other tensor's vectors to be aligned wherever
+/// x's are: each row of the tensor starts at an element index congruent to that of x's row
+/// modulo q = min(V, 16 / its element size) (bases congruent, and strides congruent per
+/// dimension or all multiples of q elements), whatever the element sizes (its V-element vectors
+/// then start at multiples of q elements: min(16, V * element size) bytes). The weight is not a
+/// constraint (staged in shared memory or read as scalars).
+int rms_norm_vector_width(const AccessFacts& x, std::initializer_list<AccessFacts> others);
 
 struct RmsNormPlan {
   RmsNormPath path = RmsNormPath::kBlockPerRow;

@@ -25,34 +25,32 @@ TEST(CpuRmsNormPlan, VectorWidth) {
   const void* a = g_buf;
   const void* b = g_buf + 8192;
   // Same layout, same 16-byte phase: full width, whatever N or the offset (rows are peeled).
-  EXPECT_EQ(rms_norm_vector_width(4096, {a, 2, rows(4096)}, {{b, 2, rows(4096)}}), 8);
-  EXPECT_EQ(rms_norm_vector_width(4096, {a, 4, rows(4096)}, {{b, 4, rows(4096)}}), 4);
-  EXPECT_EQ(rms_norm_vector_width(4095, {a, 2, rows(4095)}, {{b, 2, rows(4095)}}), 8);
-  EXPECT_EQ(
-      rms_norm_vector_width(4096, {g_buf + 2, 2, rows(4096)}, {{g_buf + 8194, 2, rows(4096)}}), 8);
-  EXPECT_EQ(rms_norm_vector_width(70, {a, 2, rows(70)}, {{b, 2, rows(70)}}), 8);
+  EXPECT_EQ(rms_norm_vector_width({a, 2, rows(4096)}, {{b, 2, rows(4096)}}), 8);
+  EXPECT_EQ(rms_norm_vector_width({a, 4, rows(4096)}, {{b, 4, rows(4096)}}), 4);
+  EXPECT_EQ(rms_norm_vector_width({a, 2, rows(4095)}, {{b, 2, rows(4095)}}), 8);
+  EXPECT_EQ(rms_norm_vector_width({g_buf + 2, 2, rows(4096)}, {{g_buf + 8194, 2, rows(4096)}}), 8);
+  EXPECT_EQ(rms_norm_vector_width({a, 2, rows(70)}, {{b, 2, rows(70)}}), 8);
   // Different phase between x and y: scalar.
-  EXPECT_EQ(rms_norm_vector_width(4096, {g_buf + 2, 2, rows(4096)}, {{b, 2, rows(4096)}}), 1);
+  EXPECT_EQ(rms_norm_vector_width({g_buf + 2, 2, rows(4096)}, {{b, 2, rows(4096)}}), 1);
   // Different layouts: both strides must be multiples of 16 bytes.
-  EXPECT_EQ(rms_norm_vector_width(4096, {a, 2, rows(4104)}, {{b, 2, rows(4096)}}), 8);
-  EXPECT_EQ(rms_norm_vector_width(4096, {a, 2, rows(4100)}, {{b, 2, rows(4096)}}), 1);
+  EXPECT_EQ(rms_norm_vector_width({a, 2, rows(4104)}, {{b, 2, rows(4096)}}), 8);
+  EXPECT_EQ(rms_norm_vector_width({a, 2, rows(4100)}, {{b, 2, rows(4096)}}), 1);
   // Another element size (f32 residual with bf16 x): every row's element index congruent
-  // modulo V (odd widths and padded pitches of the same element strides included), or every row
-  // at phase 0.
-  EXPECT_EQ(rms_norm_vector_width(4096, {a, 2, rows(4096)}, {{b, 4, rows(4096)}}), 8);
-  EXPECT_EQ(rms_norm_vector_width(4095, {a, 2, rows(4095)}, {{b, 4, rows(4095)}}), 8);
-  EXPECT_EQ(rms_norm_vector_width(4096, {a, 2, rows(4097)}, {{b, 4, rows(4097)}}), 8);
-  EXPECT_EQ(rms_norm_vector_width(4095, {a, 4, rows(4095)}, {{b, 2, rows(4095)}}), 4);
-  EXPECT_EQ(rms_norm_vector_width(4096, {a, 2, rows(4096)}, {{b, 4, rows(4100)}}), 8);
-  EXPECT_EQ(rms_norm_vector_width(4096, {a, 2, rows(4097)}, {{b, 4, rows(4096)}}), 1);
-  EXPECT_EQ(rms_norm_vector_width(4096, {a, 2, rows(4104)}, {{b, 4, rows(4100)}}), 8);
-  EXPECT_EQ(rms_norm_vector_width(4096, {a, 2, rows(4100)}, {{b, 4, rows(4098)}}), 1);
-  EXPECT_EQ(rms_norm_vector_width(4096, {g_buf + 2, 2, rows(4096)}, {{b, 4, rows(4096)}}), 1);
-  EXPECT_EQ(rms_norm_vector_width(4096, {a, 2, rows(4096)}, {{g_buf + 8200, 4, rows(4096)}}), 1);
-  EXPECT_EQ(
-      rms_norm_vector_width(4096, {g_buf + 2, 2, rows(4096)}, {{g_buf + 8196, 4, rows(4096)}}), 8);
+  // modulo min(V, 16 / 4) = 4 (odd widths and padded pitches of the same element strides
+  // included; rows at phase 0 with 16-byte strides are one such case).
+  EXPECT_EQ(rms_norm_vector_width({a, 2, rows(4096)}, {{b, 4, rows(4096)}}), 8);
+  EXPECT_EQ(rms_norm_vector_width({a, 2, rows(4095)}, {{b, 4, rows(4095)}}), 8);
+  EXPECT_EQ(rms_norm_vector_width({a, 2, rows(4097)}, {{b, 4, rows(4097)}}), 8);
+  EXPECT_EQ(rms_norm_vector_width({a, 4, rows(4095)}, {{b, 2, rows(4095)}}), 4);
+  EXPECT_EQ(rms_norm_vector_width({a, 2, rows(4096)}, {{b, 4, rows(4100)}}), 8);
+  EXPECT_EQ(rms_norm_vector_width({a, 2, rows(4097)}, {{b, 4, rows(4096)}}), 1);
+  EXPECT_EQ(rms_norm_vector_width({a, 2, rows(4104)}, {{b, 4, rows(4100)}}), 8);
+  EXPECT_EQ(rms_norm_vector_width({a, 2, rows(4100)}, {{b, 4, rows(4098)}}), 1);
+  EXPECT_EQ(rms_norm_vector_width({g_buf + 2, 2, rows(4096)}, {{b, 4, rows(4096)}}), 1);
+  EXPECT_EQ(rms_norm_vector_width({a, 2, rows(4096)}, {{g_buf + 8200, 4, rows(4096)}}), 1);
+  EXPECT_EQ(rms_norm_vector_width({g_buf + 2, 2, rows(4096)}, {{g_buf + 8196, 4, rows(4096)}}), 8);
   // An absent tensor (null) does not constrain.
-  EXPECT_EQ(rms_norm_vector_width(4096, {a, 2, rows(4096)}, {{nullptr, 4, rows(3)}}), 8);
+  EXPECT_EQ(rms_norm_vector_width({a, 2, rows(4096)}, {{nullptr, 4, rows(3)}}), 8);
 }
 
 TEST(CpuRmsNormPlan, PathsAndThreads) {

@@ -49,7 +49,7 @@ Status run_rms_norm(const core::RmsNormCall& c, int64_t plan_rows, Stream stream
   const int xs = static_cast<int>(dtype_size(c.x.dtype));
   const int rs = c.fused ? static_cast<int>(dtype_size(c.residual.dtype)) : 1;
   const int vec = core::rms_norm_vector_width(
-      a.n, core::AccessFacts{a.x, xs, a.x_rows},
+      core::AccessFacts{a.x, xs, a.x_rows},
       {core::AccessFacts{a.y, static_cast<int>(dtype_size(c.y.dtype)), a.y_rows},
        core::AccessFacts{a.residual, rs, a.r_rows},
        core::AccessFacts{a.residual_out, rs, a.ro_rows}});

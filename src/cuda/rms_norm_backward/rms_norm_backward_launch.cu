@@ -85,8 +85,8 @@ Status run_rms_norm_backward(const core::RmsNormBackwardCall& c, Stream stream) 
   const core::AccessFacts ds_f{a.ds, elem(c.x), a.ds_rows};
   const core::AccessFacts dx_f{a.dx, elem(c.dx), a.dx_rows};
   const core::AccessFacts dres_f{a.dres, c.fused ? elem(c.dresidual) : 1, a.dres_rows};
-  const int vec = dy_ref ? core::rms_norm_vector_width(n, dy_f, {x_f, ds_f, dx_f, dres_f})
-                         : core::rms_norm_vector_width(n, x_f, {dy_f, ds_f, dx_f, dres_f});
+  const int vec = dy_ref ? core::rms_norm_vector_width(dy_f, {x_f, ds_f, dx_f, dres_f})
+                         : core::rms_norm_vector_width(x_f, {dy_f, ds_f, dx_f, dres_f});
   const core::AccessFacts& ref = dy_ref ? dy_f : x_f;
   const int ring_elem_bytes = elem(c.dy) + elem(c.x) + (c.ds.defined() ? elem(c.x) : 0);
   const core::RmsNormBwdPlan plan = core::plan_rms_norm_backward(
