@@ -144,8 +144,7 @@ void backward_share() {
               "backward");
       };
       const cuda::RmsNormBwdKernelArgs a = bwd_args(dy, x, nullptr, w, rstd, dx, nullptr, ws, m, n);
-      const core::RmsNormBwdPlan plan = core::plan_rms_norm_backward(
-          n, 8, true, core::bwd_kernels_for(DType::kBFloat16, DType::kBFloat16), 4, true);
+      const core::RmsNormBwdPlan plan = core::plan_rms_norm_backward(n, 8, true, true, 4, true);
       int64_t grid = 0;
       auto rows_only = [&] {
         check(cuda::launch_rms_norm_backward_typed<cuda::bf16, cuda::bf16>("exp", a, plan, nullptr,

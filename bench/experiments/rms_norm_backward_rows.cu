@@ -173,8 +173,7 @@ void narrow(void* x, void* dy, void* dx, void* w, void* dw, void* rstd, void* ws
       const float t_api = time_med(api, true);
       ref.resize(count);
       CK(cudaMemcpy(ref.data(), dx, count * 2, cudaMemcpyDeviceToHost));
-      const core::RmsNormBwdPlan prod = core::plan_rms_norm_backward(
-          n, 8, true, core::bwd_kernels_for(DType::kBFloat16, DType::kBFloat16), 4, true);
+      const core::RmsNormBwdPlan prod = core::plan_rms_norm_backward(n, 8, true, true, 4, true);
       std::printf("N=%5lld M=%6lld: API %7.2f (%s R%d S%d vpt %d)\n", static_cast<long long>(n),
                   static_cast<long long>(m), t_api, core::rms_norm_bwd_path_name(prod.path),
                   prod.rows_per_block, prod.stages, prod.vpt);
@@ -250,8 +249,7 @@ void single(void* x, void* dy, void* dx, void* w, void* dw, void* rstd, void* ws
       check(rms_norm_backward(tdy, sh.x, sh.w, sh.rstd, tdx, sh.dw, sh.ws, bp, st), "backward");
     };
     const cuda::RmsNormBwdKernelArgs a = bwd_args(dy, x, nullptr, w, rstd, dx, nullptr, ws, m, n);
-    const core::RmsNormBwdPlan plan = core::plan_rms_norm_backward(
-        n, 8, true, core::bwd_kernels_for(DType::kBFloat16, DType::kBFloat16), 4, true);
+    const core::RmsNormBwdPlan plan = core::plan_rms_norm_backward(n, 8, true, true, 4, true);
     int64_t grid = 0;
     auto rows_only = [&](cudaStream_t st) {
       check(cuda::launch_rms_norm_backward_typed<cuda::bf16, cuda::bf16>("single", a, plan, st,

@@ -50,19 +50,11 @@ int64_t bwd_smem_bytes(const RmsNormBwdPlan& p, int ring_elem_bytes, bool has_we
   return 32 * 4 + p.rows_per_block * ((has_weight ? own : 0) + rstd + ring);
 }
 
-BwdKernels bwd_kernels_for(DType x_dtype, DType dy_dtype) {
-  BwdKernels k;
-  k.ring = x_dtype == dy_dtype || (x_dtype == DType::kFloat32 && dy_dtype != DType::kFloat32);
-  k.smem_acc = k.ring;
-  return k;
-}
-
-RmsNormBwdPlan plan_rms_norm_backward(int64_t n, int vec, bool uniform_phase, BwdKernels kernels,
+RmsNormBwdPlan plan_rms_norm_backward(int64_t n, int vec, bool uniform_phase, bool ring_kernels,
                                       int ring_elem_bytes, bool has_weight) {
-  if (vec == kScalarWidth || n <= 0 || !kernels.ring) return two_pass(vec);
+  if (vec == kScalarWidth || n <= 0 || !ring_kernels) return two_pass(vec);
   // Without a weight there is no dw: register partials (unused) serve every phase.
   const bool smem_acc = !uniform_phase && has_weight;
-  if (smem_acc && !kernels.smem_acc) return two_pass(vec);
   RmsNormBwdPlan p;
   p.vec = vec;
   p.smem_acc = smem_acc;

@@ -63,24 +63,21 @@ struct RmsNormBwdPlan {
 /// whatever p: bank-conflict free.
 constexpr int64_t bwd_table_lanes(int64_t n, int vec) { return (n + vec - 1) / vec; }
 
-/// Which ring kernels are built for a pair of dtypes (the two-pass kernel serves every pair).
-struct BwdKernels {
-  bool ring = true;      ///< ring kernels with register partials
-  bool smem_acc = true;  ///< ring kernels with shared-memory partials (rows of varying phase)
-};
-
-/// The ring kernels built for input dtype x_dtype (x or s) and dy's dtype: both kinds of partials
-/// for equal dtypes and for an f32 input with 16-bit dy (the f32 residual stream), so rows of
-/// varying phase take the same ring (and split) as a single row; none for other pairs.
-BwdKernels bwd_kernels_for(DType x_dtype, DType dy_dtype);
+/// Whether the ring kernels (both kinds of dw partials) are built for input dtype x_dtype (x or
+/// s) and dy's dtype: for equal dtypes and for an f32 input with 16-bit dy (the f32 residual
+/// stream), so rows of varying phase take the same ring (and split) as a single row; other pairs
+/// take the two-pass kernel, which serves every pair. The launcher instantiates from this too.
+constexpr bool bwd_ring_kernels(DType x_dtype, DType dy_dtype) {
+  return x_dtype == dy_dtype || (x_dtype == DType::kFloat32 && dy_dtype != DType::kFloat32);
+}
 
 /// Plan for rows of width n at vector width vec (rms_norm_vector_width with the smaller-element
 /// input as the reference; kScalarWidth takes the two-pass path). `uniform_phase`: every row sits
 /// at the same 16-byte phase (so a thread's columns are the same in every row and its dw
-/// partials stay in registers); `kernels`: what exists for the dtypes (a shape no built ring
-/// kernel serves takes the two-pass path). `ring_elem_bytes`: bytes per column staged through
+/// partials stay in registers); `ring_kernels`: bwd_ring_kernels of the dtypes (false takes the
+/// two-pass path). `ring_elem_bytes`: bytes per column staged through
 /// the ring (dy + x, plus ds when present).
-RmsNormBwdPlan plan_rms_norm_backward(int64_t n, int vec, bool uniform_phase, BwdKernels kernels,
+RmsNormBwdPlan plan_rms_norm_backward(int64_t n, int vec, bool uniform_phase, bool ring_kernels,
                                       int ring_elem_bytes, bool has_weight);
 
 /// Dynamic shared memory of one ring-path block of plan p (its path, vec, vpt, threads,

@@ -357,7 +357,7 @@ TEST(CpuRmsNormBackwardWorkspace, GridNeverExceedsTheBound) {
       for (int vec : {1, 8}) {
         for (bool uniform : {true, false}) {
           const core::RmsNormBwdPlan p =
-              core::plan_rms_norm_backward(n, vec, uniform, core::BwdKernels{}, 4, true);
+              core::plan_rms_norm_backward(n, vec, uniform, true, 4, true);
           for (int resident : {1, 2, 4, 16}) {
             const int64_t g = core::bwd_grid(m, n, p, resident, 132);
             EXPECT_GE(g, 1);
@@ -382,7 +382,7 @@ TEST(CpuRmsNormBackwardPlan, BlockPathSplit) {
         Case{2048, 8, 4, 2, 128}, Case{1536, 8, 4, 1, 192}, Case{4096, 4, 8, 8, 128},
         Case{4095, 8, 4, 1, 512}, Case{4096, 8, 6, 4, 128}}) {
     const core::RmsNormBwdPlan p =
-        core::plan_rms_norm_backward(k.n, k.vec, true, core::BwdKernels{}, k.ring_bytes, true);
+        core::plan_rms_norm_backward(k.n, k.vec, true, true, k.ring_bytes, true);
     EXPECT_EQ(p.path, core::RmsNormBwdPath::kBlockPerRow) << k.n;
     EXPECT_EQ(p.vpt, k.vpt) << k.n << " " << k.vec;
     EXPECT_EQ(p.threads, k.threads) << k.n << " " << k.vec;
@@ -392,10 +392,8 @@ TEST(CpuRmsNormBackwardPlan, BlockPathSplit) {
   // The split follows N alone: rows of one phase (a single row) and of varying phase (a batch,
   // shared-memory partials) split alike, so dx does not change with the batch.
   for (int64_t n : {4095, 4096, 8192, 8191}) {
-    const core::RmsNormBwdPlan one =
-        core::plan_rms_norm_backward(n, 8, true, core::BwdKernels{}, 4, true);
-    const core::RmsNormBwdPlan many =
-        core::plan_rms_norm_backward(n, 8, false, core::BwdKernels{}, 4, true);
+    const core::RmsNormBwdPlan one = core::plan_rms_norm_backward(n, 8, true, true, 4, true);
+    const core::RmsNormBwdPlan many = core::plan_rms_norm_backward(n, 8, false, true, 4, true);
     EXPECT_FALSE(one.smem_acc);
     EXPECT_TRUE(many.smem_acc);
     EXPECT_EQ(one.path, many.path) << n;
@@ -404,10 +402,11 @@ TEST(CpuRmsNormBackwardPlan, BlockPathSplit) {
   }
   // The f32 residual stream (f32 s with 16-bit dy, 6 bytes per column) too: both kinds of ring
   // kernels exist for the pair, so a batch of varying phase takes the ring a single row takes.
-  const core::BwdKernels mixed = core::bwd_kernels_for(DType::kFloat32, DType::kBFloat16);
-  EXPECT_TRUE(mixed.ring);
-  EXPECT_TRUE(mixed.smem_acc);
-  EXPECT_FALSE(core::bwd_kernels_for(DType::kBFloat16, DType::kFloat32).ring);
+  const bool mixed = core::bwd_ring_kernels(DType::kFloat32, DType::kBFloat16);
+  EXPECT_TRUE(mixed);
+  EXPECT_TRUE(core::bwd_ring_kernels(DType::kFloat16, DType::kFloat16));
+  EXPECT_FALSE(core::bwd_ring_kernels(DType::kBFloat16, DType::kFloat32));
+  EXPECT_FALSE(core::bwd_ring_kernels(DType::kBFloat16, DType::kFloat16));
   for (int64_t n : {63, 4095, 4096}) {
     const core::RmsNormBwdPlan one = core::plan_rms_norm_backward(n, 8, true, mixed, 6, true);
     const core::RmsNormBwdPlan many = core::plan_rms_norm_backward(n, 8, false, mixed, 6, true);
@@ -417,12 +416,11 @@ TEST(CpuRmsNormBackwardPlan, BlockPathSplit) {
     EXPECT_EQ(one.threads, many.threads) << n;
     EXPECT_EQ(one.rows_per_block, many.rows_per_block) << n;
   }
-  const core::RmsNormBwdPlan w =
-      core::plan_rms_norm_backward(1024, 8, true, core::BwdKernels{}, 4, true);
+  const core::RmsNormBwdPlan w = core::plan_rms_norm_backward(1024, 8, true, true, 4, true);
   EXPECT_EQ(w.path, core::RmsNormBwdPath::kWarpPerRow);
   EXPECT_EQ(w.stages, core::kBwdWarpStages);
   // The fused add's 16384-column rows no longer fit the ring: two passes.
-  EXPECT_EQ(core::plan_rms_norm_backward(16384, 8, true, core::BwdKernels{}, 6, true).path,
+  EXPECT_EQ(core::plan_rms_norm_backward(16384, 8, true, true, 6, true).path,
             core::RmsNormBwdPath::kTwoPass);
 }
 

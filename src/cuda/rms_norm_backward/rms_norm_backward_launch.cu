@@ -90,7 +90,7 @@ Status run_rms_norm_backward(const core::RmsNormBackwardCall& c, Stream stream) 
   const core::AccessFacts& ref = dy_ref ? dy_f : x_f;
   const int ring_elem_bytes = elem(c.dy) + elem(c.x) + (c.ds.defined() ? elem(c.x) : 0);
   const core::RmsNormBwdPlan plan = core::plan_rms_norm_backward(
-      n, vec, uniform_phase(ref.rows, ref.elem_size), core::bwd_kernels_for(c.x.dtype, c.dy.dtype),
+      n, vec, uniform_phase(ref.rows, ref.elem_size), core::bwd_ring_kernels(c.x.dtype, c.dy.dtype),
       ring_elem_bytes, c.weight.defined());
   a.lanes = core::bwd_table_lanes(n, plan.vec);
 

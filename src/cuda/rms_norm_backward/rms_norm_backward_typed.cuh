@@ -110,10 +110,9 @@ Status launch_rms_norm_backward_typed(const char* op, const RmsNormBwdKernelArgs
                                       const core::RmsNormBwdPlan& plan, cudaStream_t stream,
                                       int64_t* grid) {
   constexpr int kVec = core::max_vector_width(sizeof(BwdRefT<Tin, Tdy>));
-  // The ring kernels built (core::bwd_kernels_for): both kinds of partials for equal dtypes and
-  // for an f32 input with 16-bit dy; other pairs take the two-pass kernel.
-  constexpr bool kRing =
-      std::is_same_v<Tin, Tdy> || (std::is_same_v<Tin, float> && !std::is_same_v<Tdy, float>);
+  // The ring kernels built: core::bwd_ring_kernels (the plan's rule); other pairs take the
+  // two-pass kernel.
+  constexpr bool kRing = core::bwd_ring_kernels(DTypeOf<Tin>::value, DTypeOf<Tdy>::value);
   Status st;
   if (plan.path == core::RmsNormBwdPath::kTwoPass) {
     if (plan.vec == kVec) {
@@ -125,20 +124,12 @@ Status launch_rms_norm_backward_typed(const char* op, const RmsNormBwdKernelArgs
     }
   } else if (plan.vec != kVec) {
     return bwd_detail::bad_plan(op, "vector width", plan.vec);
-  } else if (plan.smem_acc) {
-    if constexpr (kRing) {
-      st = bwd_detail::launch_rows<Tin, Tdy, kVec, true>(op, a, plan, stream, grid);
-    } else {
-      return bwd_detail::bad_plan(op, "ring path (shared-memory partials) for dy dtype",
-                                  static_cast<int>(DTypeOf<Tdy>::value));
-    }
+  } else if constexpr (kRing) {
+    st = plan.smem_acc ? bwd_detail::launch_rows<Tin, Tdy, kVec, true>(op, a, plan, stream, grid)
+                       : bwd_detail::launch_rows<Tin, Tdy, kVec, false>(op, a, plan, stream, grid);
   } else {
-    if constexpr (kRing) {
-      st = bwd_detail::launch_rows<Tin, Tdy, kVec, false>(op, a, plan, stream, grid);
-    } else {
-      return bwd_detail::bad_plan(op, "ring path for dy dtype",
-                                  static_cast<int>(DTypeOf<Tdy>::value));
-    }
+    return bwd_detail::bad_plan(op, "ring path for dy dtype",
+                                static_cast<int>(DTypeOf<Tdy>::value));
   }
   if (!st.ok()) return st;
   const cudaError_t err = cudaGetLastError();
