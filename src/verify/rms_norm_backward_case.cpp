@@ -112,8 +112,7 @@ RmsNormBackwardOutcome run_backward_case(const RmsNormBackwardCase& c,
                                          const RmsNormBackwardInputs& in) {
   RmsNormBackwardOutcome out;
   const RowPlacement L{c.m, c.n, c.n + c.pitch_pad, c.storage_offset, c.batch};
-  RowPlacement DL = L;  // dx (out of place)
-  if (c.dx_offset >= 0 && !c.in_place) DL.offset = c.dx_offset;
+  const RowPlacement DL = L.at_offset(c.in_place ? -1 : c.dx_offset);  // dx (dy when in place)
   const bool dres_in_ds = c.fused && c.in_place && c.has_ds;
   const DType dx_dtype = c.in_place ? c.dy_dtype : c.dx_dtype;
   const DType dres_dtype = dres_in_ds ? c.x_dtype : c.dres_dtype;
@@ -171,8 +170,7 @@ RmsNormBackwardOutcome run_backward_case(const RmsNormBackwardCase& c,
     return out;
   }
 
-  out.dx_out =
-      gather(download_all(c.in_place ? dyb : dxb), dx_dtype, c.in_place ? L : DL, &out.pad_written);
+  out.dx_out = gather(download_all(c.in_place ? dyb : dxb), dx_dtype, DL, &out.pad_written);
   if (c.fused) {
     out.dres_out = gather(download_all(dres_in_ds ? dsb : dresb), dres_dtype, L, &out.pad_written);
   }

@@ -120,10 +120,8 @@ RmsNormInputs make_inputs(const RmsNormCase& c) {
 RmsNormOutcome run_case(const RmsNormCase& c, const RmsNormInputs& in) {
   RmsNormOutcome out;
   const RowPlacement L{c.m, c.n, c.n + c.pitch_pad, c.storage_offset, c.batch};
-  RowPlacement RL = L;  // residual and residual_out
-  if (c.residual_offset >= 0) RL.offset = c.residual_offset;
-  RowPlacement YL = L;  // y (out of place)
-  if (c.y_offset >= 0 && !c.in_place) YL.offset = c.y_offset;
+  const RowPlacement RL = L.at_offset(c.residual_offset);             // residual and residual_out
+  const RowPlacement YL = L.at_offset(c.in_place ? -1 : c.y_offset);  // y (x when in place)
   const DType y_dtype = c.in_place ? c.x_dtype : c.y_dtype;
 
   DeviceBuffer xb(place(in.x, L).size());
@@ -186,8 +184,7 @@ RmsNormOutcome run_case(const RmsNormCase& c, const RmsNormInputs& in) {
   }
 
   // Read back.
-  out.y_out =
-      gather(download_all(c.in_place ? xb : yb), y_dtype, c.in_place ? L : YL, &out.pad_written);
+  out.y_out = gather(download_all(c.in_place ? xb : yb), y_dtype, YL, &out.pad_written);
   if (c.fused) {
     out.residual_out_host =
         gather(download_all(c.in_place ? rb : rob), c.res_dtype, RL, &out.pad_written);

@@ -25,6 +25,12 @@ struct RowPlacement {
     const int64_t b = r / seq, s = r % seq;
     return offset + (s * batch + b) * pitch;
   }
+  /// The same rows after `elements` elements instead (elements < 0: this placement).
+  RowPlacement at_offset(int64_t elements) const {
+    RowPlacement p = *this;
+    if (elements >= 0) p.offset = elements;
+    return p;
+  }
   TensorRef view(void* base, DType dt) const {
     void* p = static_cast<unsigned char*>(base) + offset * static_cast<int64_t>(dtype_size(dt));
     if (batch > 0) {
