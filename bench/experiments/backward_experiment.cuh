@@ -16,6 +16,7 @@
 #include "cuda/rms_norm_backward/rms_norm_backward_args.h"
 #include "experiment_timing.cuh"
 #include "ropenorm/rms_norm.h"
+#include "ropenorm/rms_norm_backward.h"
 #include "ropenorm/status.h"
 #include "ropenorm/tensor.h"
 
@@ -42,6 +43,29 @@ inline void check(const ropenorm::Status& st, const char* what) {
     std::printf("%s: %s\n", what, st.message().c_str());
     std::exit(1);
   }
+}
+
+/// Device buffers for backward shapes up to [max_m, max_n] (bf16 rows and weights, fp32 rstd and
+/// workspace), x, dy, ds and w filled with fill_bf16 draws (seeds 1, 2, 3, 4); never freed.
+struct BwdBuffers {
+  void *x, *dy, *ds, *dx, *dres, *w, *dw, *rstd, *ws;
+  size_t ws_bytes;
+};
+inline BwdBuffers alloc_bwd_buffers(int64_t max_m, int64_t max_n) {
+  const size_t elems = static_cast<size_t>(max_m) * static_cast<size_t>(max_n);
+  const size_t n = static_cast<size_t>(max_n);
+  BwdBuffers b{};
+  for (void** p : {&b.x, &b.dy, &b.ds, &b.dx, &b.dres}) CK(cudaMalloc(p, elems * 2));
+  CK(cudaMalloc(&b.w, n * 2));
+  CK(cudaMalloc(&b.dw, n * 2));
+  CK(cudaMalloc(&b.rstd, static_cast<size_t>(max_m) * 4));
+  b.ws_bytes = ropenorm::rms_norm_backward_workspace_size(max_m, max_n, -1);
+  CK(cudaMalloc(&b.ws, b.ws_bytes));
+  fill_bf16(b.x, elems, 1);
+  fill_bf16(b.dy, elems, 2);
+  fill_bf16(b.ds, elems, 3);
+  fill_bf16(b.w, n, 4);
+  return b;
 }
 
 /// Views of one backward shape [m, n] over an experiment's buffers: bf16 x and weight, fp32 rstd

@@ -117,21 +117,11 @@ void column_sums() {
 void backward_share() {
   std::printf("\nrms_norm_backward bf16, saved rstd, cold L2 (us)\n");
   const int64_t kMaxM = 32768, kMaxN = 8192;
-  const size_t elems = static_cast<size_t>(kMaxM) * kMaxN;
-  void *x, *dy, *dx, *w, *dw, *rstd, *ws;
+  const BwdBuffers b = alloc_bwd_buffers(kMaxM, kMaxN);
+  void *x = b.x, *dy = b.dy, *dx = b.dx, *w = b.w, *dw = b.dw, *rstd = b.rstd, *ws = b.ws;
+  const size_t ws_bytes = b.ws_bytes;
   float* dwf;
-  CK(cudaMalloc(&x, elems * 2));
-  CK(cudaMalloc(&dy, elems * 2));
-  CK(cudaMalloc(&dx, elems * 2));
-  CK(cudaMalloc(&w, kMaxN * 2));
-  CK(cudaMalloc(&dw, kMaxN * 2));
   CK(cudaMalloc(&dwf, kMaxN * 4));
-  CK(cudaMalloc(&rstd, kMaxM * 4));
-  fill_bf16(x, elems, 1);
-  fill_bf16(dy, elems, 2);
-  fill_bf16(w, kMaxN, 4);
-  const size_t ws_bytes = rms_norm_backward_workspace_size(kMaxM, kMaxN, -1);
-  CK(cudaMalloc(&ws, ws_bytes));
   for (int64_t n : {1024, 4096, 8192}) {
     for (int64_t m : {1024, 4096, 32768}) {
       const BwdShape sh = bwd_shape(x, w, rstd, dx, ws, ws_bytes, dw, m, n);

@@ -64,6 +64,14 @@ core::RmsNormBwdPlan split_plan(int64_t n, int vpt, int ring_elem_bytes) {
   return p;
 }
 
+// The row kernel of plan p, then the column sum of its partial rows into dw.
+void rows_then_sum(const char* op, const cuda::RmsNormBwdKernelArgs& a,
+                   const core::RmsNormBwdPlan& p, void* dw, cudaStream_t s) {
+  int64_t grid = 0;
+  check(cuda::launch_rms_norm_backward_typed<cuda::bf16, cuda::bf16>(op, a, p, s, &grid), "rows");
+  check(cuda::launch_column_sum(op, a.partials, grid, a.n, DType::kBFloat16, dw, s), "column sum");
+}
+
 void splits(void* x, void* dy, void* ds, void* dx, void* dres, void* w, void* dw, void* rstd,
             void* ws, size_t ws_bytes) {
   std::printf("\nblock-per-row ring kernel by split (rstd saved; us, cold L2)\n");
@@ -99,15 +107,7 @@ void splits(void* x, void* dy, void* ds, void* dx, void* dres, void* w, void* dw
         for (int vpt : {1, 2, 4}) {
           const core::RmsNormBwdPlan p = split_plan(n, vpt, fused ? 6 : 4);
           if (p.threads == 0) continue;
-          auto run = [&] {
-            int64_t grid = 0;
-            check(cuda::launch_rms_norm_backward_typed<cuda::bf16, cuda::bf16>("split", a, p,
-                                                                               nullptr, &grid),
-                  "split");
-            check(cuda::launch_column_sum("split", a.partials, grid, n, DType::kBFloat16, dw,
-                                          nullptr),
-                  "column sum");
-          };
+          auto run = [&] { rows_then_sum("split", a, p, dw, nullptr); };
           const float t = time_med(run, true);
           int worst = 0;
           if (compare) {
@@ -214,15 +214,7 @@ void narrow(void* x, void* dy, void* dx, void* w, void* dw, void* rstd, void* ws
       for (int vpt : {1, 2, 4}) {
         const core::RmsNormBwdPlan p = split_plan(n, vpt, 4);
         if (p.threads == 0) continue;
-        auto run = [&] {
-          int64_t grid = 0;
-          check(cuda::launch_rms_norm_backward_typed<cuda::bf16, cuda::bf16>("narrow", a, p,
-                                                                             nullptr, &grid),
-                "block split");
-          check(
-              cuda::launch_column_sum("narrow", a.partials, grid, n, DType::kBFloat16, dw, nullptr),
-              "column sum");
-        };
+        auto run = [&] { rows_then_sum("narrow", a, p, dw, nullptr); };
         const float t = time_med(run, true);
         char what[32];
         std::snprintf(what, sizeof what, "block %dx%d S%d", p.threads, vpt, p.stages);
@@ -282,22 +274,10 @@ void single(void* x, void* dy, void* dx, void* w, void* dw, void* rstd, void* ws
 int main(int argc, char** argv) {
   const bool once = argc > 1 && std::strcmp(argv[1], "once") == 0;
   const int64_t kMaxM = 32768, kMaxN = 8192;
-  const size_t elems = static_cast<size_t>(kMaxM) * kMaxN;
-  void *x, *dy, *ds, *dx, *dres, *w, *dw, *rstd, *ws;
-  CK(cudaMalloc(&x, elems * 2));
-  CK(cudaMalloc(&dy, elems * 2));
-  CK(cudaMalloc(&ds, elems * 2));
-  CK(cudaMalloc(&dx, elems * 2));
-  CK(cudaMalloc(&dres, elems * 2));
-  CK(cudaMalloc(&w, kMaxN * 2));
-  CK(cudaMalloc(&dw, kMaxN * 2));
-  CK(cudaMalloc(&rstd, kMaxM * 4));
-  fill_bf16(x, elems, 1);
-  fill_bf16(dy, elems, 2);
-  fill_bf16(ds, elems, 3);
-  fill_bf16(w, kMaxN, 4);
-  const size_t ws_bytes = rms_norm_backward_workspace_size(kMaxM, kMaxN, -1);
-  CK(cudaMalloc(&ws, ws_bytes));
+  const BwdBuffers b = alloc_bwd_buffers(kMaxM, kMaxN);
+  void *x = b.x, *dy = b.dy, *ds = b.ds, *dx = b.dx, *dres = b.dres, *w = b.w, *dw = b.dw,
+       *rstd = b.rstd, *ws = b.ws;
+  const size_t ws_bytes = b.ws_bytes;
   const double copy = once ? 0.0 : copy_bandwidth_gbps(size_t{1} << 30);
   if (!once) std::printf("copy bandwidth %.1f GB/s\n", copy);
   RmsNormParams fp;
