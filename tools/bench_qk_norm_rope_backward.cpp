@@ -171,7 +171,8 @@ Status bench_qk_norm_rope_backward(const BenchOptions& o, std::vector<ResultRow>
     ResultRow ours{"qk_norm_rope_backward", "ropenorm", dtype_name(dt), shape};
     ours.bytes = bwd_bytes;
     ours.note =
-        "neox; one launch + 2 dw column sums; bf16 weights; cache f32 [P=T R=D]; rstd saved";
+        "neox; one launch + one dw column-sum launch (dwq and dwk); bf16 weights; cache f32 [P=T "
+        "R=D]; rstd saved";
     fill_from_outcome(verify::run_case(bc, in), &ours);
 
     // The forward on the same inputs (for the fwd + bwd rows).

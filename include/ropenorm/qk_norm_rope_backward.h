@@ -23,7 +23,8 @@ size_t qk_norm_rope_backward_workspace_size(int64_t tokens, int64_t hq, int64_t 
                                             int64_t head_dim, int device = -1);
 
 /// Backward pass of qk_norm_rope, fused: one kernel launch over the head vectors of q and k,
-/// then one deterministic column reduction each for dwq and dwk.
+/// then the deterministic column reductions of dwq and dwk (one launch for both when they share a
+/// dtype).
 ///
 ///   for every head vector x (D channels) of q (weight wq, gradient dq_out, result dq) and of k
 ///   (wk, dk_out, dk), with r, o, R, the style, positions and cos/sin exactly as the forward:

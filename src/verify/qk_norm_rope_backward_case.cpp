@@ -54,7 +54,8 @@ std::string describe(const QkNormRopeBackwardCase& c) {
   std::ostringstream os;
   os << "qk_norm_rope_backward (" << describe(c.rope) << ") w:" << dtype_name(c.w_dtype)
      << " eps=" << c.eps << " o=" << c.weight_offset << (c.with_rstd ? " rstd" : " no-rstd")
-     << (c.want_dw ? " dw" : " no-dw") << (c.short_workspace ? " short-workspace" : "");
+     << (c.want_dw ? " dw" : " no-dw") << (c.wk_f32 ? " wk:f32" : "")
+     << (c.short_workspace ? " short-workspace" : "");
   return os.str();
 }
 
@@ -68,7 +69,7 @@ QkNormRopeBackwardInputs make_inputs(const QkNormRopeBackwardCase& c) {
   std::mt19937_64 rng(c.rope.seed * 0xA24BAED4963EE407ull + 11);
   const int64_t t = c.rope.tokens(), d = c.rope.head_dim;
   in.wq = HostTensor(c.w_dtype, d);
-  in.wk = HostTensor(c.w_dtype, d);
+  in.wk = HostTensor(c.wk_f32 ? DType::kFloat32 : c.w_dtype, d);
   ref::fill_normal(in.wq, rng);
   ref::fill_normal(in.wk, rng);
   in.dq_out = HostTensor(c.rope.dtype, t * c.rope.hq * d);
@@ -131,8 +132,10 @@ QkNormRopeBackwardOutcome run_case(const QkNormRopeBackwardCase& bc,
 
   // dw (one poisoned slack element each side) and the workspace (likewise).
   const size_t wes = dtype_size(bc.w_dtype);
+  const DType dwk_dtype = bc.wk_f32 ? DType::kFloat32 : bc.w_dtype;
+  const size_t kes = dtype_size(dwk_dtype);
   DeviceBuffer dwq_buf((static_cast<size_t>(d) + 2) * wes),
-      dwk_buf((static_cast<size_t>(d) + 2) * wes);
+      dwk_buf((static_cast<size_t>(d) + 2) * kes);
   dwq_buf.poison();
   dwk_buf.poison();
   TensorRef dwq, dwk, ws;
@@ -143,7 +146,7 @@ QkNormRopeBackwardOutcome run_case(const QkNormRopeBackwardCase& bc,
   ws_buf.poison();
   if (bc.want_dw) {
     dwq = TensorRef(dwq_buf.at(1, bc.w_dtype), bc.w_dtype, {d}, {1}, Device::cuda(0));
-    dwk = TensorRef(dwk_buf.at(1, bc.w_dtype), bc.w_dtype, {d}, {1}, Device::cuda(0));
+    dwk = TensorRef(dwk_buf.at(1, dwk_dtype), dwk_dtype, {d}, {1}, Device::cuda(0));
     if (ws_elems > 0) {
       ws = TensorRef(ws_buf.at(1, DType::kFloat32), DType::kFloat32, {ws_elems}, {1},
                      Device::cuda(0));
@@ -151,8 +154,8 @@ QkNormRopeBackwardOutcome run_case(const QkNormRopeBackwardCase& bc,
   }
 
   // Weights, positions (explicit kinds, or arange + offset) and the cos/sin source.
-  const QkNormRopeDeviceInputs dev = upload_qk_norm_rope_inputs(
-      c, in.rope, in.wq, in.wk, bc.w_dtype, "qk_norm_rope_backward case");
+  const QkNormRopeDeviceInputs dev =
+      upload_qk_norm_rope_inputs(c, in.rope, in.wq, in.wk, "qk_norm_rope_backward case");
   RopeParams params;
   params.style = c.style;
   params.rotary_dim = c.rotary_dim;
@@ -188,18 +191,19 @@ QkNormRopeBackwardOutcome run_case(const QkNormRopeBackwardCase& bc,
 
   // Read back; bytes outside the views must still be 0xFF.
   out.pad_written += read_back(ob, c, pl, c.in_place ? &gimg : nullptr, &out.dq_val, &out.dk_val);
-  auto read_dw = [&](const DeviceBuffer& b, HostTensor* dst) {
+  auto read_dw = [&](const DeviceBuffer& b, DType dt, HostTensor* dst) {
+    const size_t es = dtype_size(dt);
     const auto bytes = download_all(b);
     for (size_t j = 0; j < bytes.size(); ++j) {
-      const bool inside = bc.want_dw && j >= wes && j < wes * (static_cast<size_t>(d) + 1);
+      const bool inside = bc.want_dw && j >= es && j < es * (static_cast<size_t>(d) + 1);
       if (!inside && bytes[j] != 0xFF) ++out.pad_written;
     }
     if (!bc.want_dw) return;
-    *dst = HostTensor(bc.w_dtype, d);
-    std::memcpy(dst->bytes.data(), bytes.data() + wes, static_cast<size_t>(d) * wes);
+    *dst = HostTensor(dt, d);
+    std::memcpy(dst->bytes.data(), bytes.data() + es, static_cast<size_t>(d) * es);
   };
-  read_dw(dwq_buf, &out.dwq);
-  read_dw(dwk_buf, &out.dwk);
+  read_dw(dwq_buf, bc.w_dtype, &out.dwq);
+  read_dw(dwk_buf, dwk_dtype, &out.dwk);
   {
     const auto bytes = download_all(ws_buf);
     for (size_t j : {size_t{0}, size_t{1}, size_t{2}, size_t{3}})
@@ -211,6 +215,7 @@ QkNormRopeBackwardOutcome run_case(const QkNormRopeBackwardCase& bc,
   out.tol_dq = ref::tolerance_ulp(kOp, "dq", c.dtype);
   out.tol_dk = ref::tolerance_ulp(kOp, "dk", c.dtype);
   out.tol_dw = ref::tolerance_ulp(kOp, "dw", bc.w_dtype);
+  const double tol_dwk = ref::tolerance_ulp(kOp, "dw", dwk_dtype);
   const double dx_term = ref::tolerance_ulp(kOp, "dx_term", DType::kFloat32);
   const double dw_term = ref::tolerance_ulp(kOp, "dw_term", DType::kFloat32);
   const double dw_sum_term = ref::tolerance_ulp(kOp, "dw_sum_term", DType::kFloat32);
@@ -284,12 +289,13 @@ QkNormRopeBackwardOutcome run_case(const QkNormRopeBackwardCase& bc,
   });
 
   // dw: in output ulps of max|dw| beyond (dw_term + dw_sum_term sqrt(N)) fp32 ulps of max|dw|.
-  auto dw_error = [&](const HostTensor& got, const std::vector<double>& want, int64_t n_vec) {
+  auto dw_error = [&](const HostTensor& got, const std::vector<double>& want, int64_t n_vec,
+                      DType dt) {
     double max_abs = 0.0;
     for (double v : want) max_abs = std::max(max_abs, std::fabs(v));
     const double allow = (dw_term + dw_sum_term * std::sqrt(static_cast<double>(n_vec))) *
                          ref::ulp_of(max_abs, DType::kFloat32);
-    const double unit = ref::ulp_of(max_abs, bc.w_dtype);
+    const double unit = ref::ulp_of(max_abs, dt);
     double worst = 0.0;
     for (int64_t j = 0; j < d; ++j) {
       const double g = got.get(j);
@@ -300,8 +306,8 @@ QkNormRopeBackwardOutcome run_case(const QkNormRopeBackwardCase& bc,
     return worst;
   };
   if (bc.want_dw) {
-    out.dwq_err = dw_error(out.dwq, dwq_ref, t * c.hq);
-    out.dwk_err = dw_error(out.dwk, dwk_ref, t * c.hk);
+    out.dwq_err = dw_error(out.dwq, dwq_ref, t * c.hq, bc.w_dtype);
+    out.dwk_err = dw_error(out.dwk, dwk_ref, t * c.hk, dwk_dtype);
   }
 
   std::ostringstream os;
@@ -311,9 +317,9 @@ QkNormRopeBackwardOutcome run_case(const QkNormRopeBackwardCase& bc,
             out.dq.max_ulp <= out.tol_dq && out.dk.max_ulp <= out.tol_dk;
   if (bc.want_dw) {
     os << ", dwq " << out.dwq_err << " / dwk " << out.dwk_err << " ulp of max|dw| (tol "
-       << out.tol_dw << ")";
-    ok = ok && out.tol_dw >= 0 && dw_term >= 0 && dw_sum_term >= 0 && out.dwq_err <= out.tol_dw &&
-         out.dwk_err <= out.tol_dw;
+       << out.tol_dw << " / " << tol_dwk << ")";
+    ok = ok && out.tol_dw >= 0 && tol_dwk >= 0 && dw_term >= 0 && dw_sum_term >= 0 &&
+         out.dwq_err <= out.tol_dw && out.dwk_err <= tol_dwk;
   }
   if (out.pad_written) os << ", " << out.pad_written << " bytes written outside the views";
   if (out.input_changed) os << ", " << out.input_changed << " input bytes changed";

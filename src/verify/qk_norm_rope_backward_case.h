@@ -22,12 +22,13 @@ struct QkNormRopeBackwardCase {
   /// are views of one packed buffer, and so are dq_out / dk_out and dq / dk), in_place (dq is
   /// dq_out). q is [T, Hq, D] (rope.batch must be 0), k is required, rope.inverse false.
   RopeCase rope;
-  DType w_dtype = DType::kFloat32;  ///< wq, wk, dwq and dwk dtype
+  DType w_dtype = DType::kFloat32;  ///< wq, wk, dwq and dwk dtype (wk, dwk: see wk_f32)
   float eps = 1e-6f;
   float weight_offset = 0.0f;
   bool with_rstd = true;         ///< pass q_rstd / k_rstd (fp32 of the exact r), else recomputed
   bool want_dw = true;           ///< pass dwq / dwk and a workspace
   bool short_workspace = false;  ///< one element less than the query says: the call must fail
+  bool wk_f32 = false;  ///< wk and dwk in f32 whatever w_dtype (dwq and dwk then differ in dtype)
 };
 
 struct QkNormRopeBackwardInputs {

@@ -12,13 +12,13 @@ using namespace rope_layout;
 
 QkNormRopeDeviceInputs upload_qk_norm_rope_inputs(const RopeCase& c, const RopeInputs& in,
                                                   const HostTensor& wq, const HostTensor& wk,
-                                                  DType w_dtype, const char* who) {
+                                                  const char* who) {
   const int64_t t = c.tokens(), r = c.rot(), h = r / 2, d = c.head_dim;
   QkNormRopeDeviceInputs dev;
   dev.wq_buf = upload_at(wq.bytes.data(), wq.bytes.size(), 0, 1);
   dev.wk_buf = upload_at(wk.bytes.data(), wk.bytes.size(), 0, 1);
-  dev.wq = TensorRef(dev.wq_buf.get(), w_dtype, {d}, {1}, Device::cuda(0));
-  dev.wk = TensorRef(dev.wk_buf.get(), w_dtype, {d}, {1}, Device::cuda(0));
+  dev.wq = TensorRef(dev.wq_buf.get(), wq.dtype, {d}, {1}, Device::cuda(0));
+  dev.wk = TensorRef(dev.wk_buf.get(), wk.dtype, {d}, {1}, Device::cuda(0));
 
   // Positions (explicit kinds, or arange + offset).
   if (c.source != CosSinKind::kHfCosSinGathered) {

@@ -19,10 +19,11 @@ struct QkNormRopeDeviceInputs {
   RopeCosSin cs;
 };
 
-/// Uploads wq and wk (viewed as w_dtype) and the case's positions and cos/sin source. A position
-/// kind other than explicit or arange aborts with "<who>: positions: explicit or arange".
+/// Uploads wq and wk (each in its host tensor's dtype) and the case's positions and cos/sin
+/// source. A position kind other than explicit or arange aborts with "<who>: positions: explicit
+/// or arange".
 QkNormRopeDeviceInputs upload_qk_norm_rope_inputs(const RopeCase& c, const RopeInputs& in,
                                                   const HostTensor& wq, const HostTensor& wk,
-                                                  DType w_dtype, const char* who);
+                                                  const char* who);
 
 }  // namespace ropenorm::verify

@@ -52,10 +52,18 @@ __device__ __forceinline__ void slice_sum(const float* __restrict__ col, int64_t
   }
 }
 
+/// Up to two column sums of the same shape in one launch (grid y picks the target).
+template <typename OutT>
+struct SumTargets {
+  const float* partials[2];
+  OutT* out[2];
+};
+
 template <typename OutT, int CV>
 __global__ void __launch_bounds__(kThreads)
-    column_sum_kernel(const float* __restrict__ partials, int64_t parts, int64_t cols,
-                      OutT* __restrict__ out) {
+    column_sum_kernel(const SumTargets<OutT> targets, int64_t parts, int64_t cols) {
+  const float* __restrict__ partials = targets.partials[blockIdx.y];
+  OutT* __restrict__ out = targets.out[blockIdx.y];
   __shared__ float warp_sums[kWarps][kGroups * CV];
   const int group = threadIdx.x % kGroups;
   const int slice = threadIdx.x / kGroups;
@@ -92,26 +100,42 @@ static_assert(32 % kGroups == 0 && 32 / kGroups == 4, "the warp butterfly adds 4
 
 }  // namespace
 
-Status launch_column_sum(const char* op, const float* partials, int64_t parts, int64_t cols,
-                         DType out_dtype, void* out, cudaStream_t stream) {
-  if (cols <= 0) return Status::Ok();
-  const bool wide = cols % 4 == 0 && reinterpret_cast<uintptr_t>(partials) % 16 == 0;
+Status launch_column_sums(const char* op, const float* const* partials, void* const* out, int count,
+                          int64_t parts, int64_t cols, DType out_dtype, cudaStream_t stream) {
+  if (cols <= 0 || count <= 0) return Status::Ok();
+  if (count > 2) {
+    return Status(
+        StatusCode::kUnsupported,
+        std::string(op) + ": at most 2 column sums per launch, got " + std::to_string(count));
+  }
+  bool wide = cols % 4 == 0;
+  for (int i = 0; i < count; ++i) wide = wide && reinterpret_cast<uintptr_t>(partials[i]) % 16 == 0;
   return core::dispatch_float_dtype<f16, bf16>(out_dtype, op, "dw", [&](auto tag) -> Status {
     using OutT = typename decltype(tag)::type;
+    SumTargets<OutT> t{};
+    for (int i = 0; i < count; ++i) {
+      t.partials[i] = partials[i];
+      t.out[i] = static_cast<OutT*>(out[i]);
+    }
     const int cv = wide ? 4 : 1;
     const int64_t per_block = static_cast<int64_t>(kGroups) * cv;
-    const dim3 grid(static_cast<unsigned>((cols + per_block - 1) / per_block));
-    auto* o = static_cast<OutT*>(out);
+    const dim3 grid(static_cast<unsigned>((cols + per_block - 1) / per_block),
+                    static_cast<unsigned>(count));
     const cudaError_t err = wide ? launch_with_pdl(column_sum_kernel<OutT, 4>, grid, dim3(kThreads),
-                                                   0, stream, partials, parts, cols, o)
+                                                   0, stream, t, parts, cols)
                                  : launch_with_pdl(column_sum_kernel<OutT, 1>, grid, dim3(kThreads),
-                                                   0, stream, partials, parts, cols, o);
+                                                   0, stream, t, parts, cols);
     if (err != cudaSuccess) {
       return Status(StatusCode::kDeviceError,
                     std::string(op) + ": dw reduction launch failed: " + cudaGetErrorString(err));
     }
     return Status::Ok();
   });
+}
+
+Status launch_column_sum(const char* op, const float* partials, int64_t parts, int64_t cols,
+                         DType out_dtype, void* out, cudaStream_t stream) {
+  return launch_column_sums(op, &partials, &out, 1, parts, cols, out_dtype, stream);
 }
 
 }  // namespace ropenorm::cuda

@@ -1,6 +1,7 @@
 // Public entry points qk_norm_rope_backward and its workspace query: validate, current device,
 // validate the device and the workspace size, (checked mode: positions read back and checked),
-// plan, dispatch, launch the fused kernel, then one deterministic column sum each for dwq and dwk.
+// plan, dispatch, launch the fused kernel, then the deterministic column sums of dwq and dwk (one
+// launch for both when their dtypes match).
 // Nothing is allocated; the launches go on the caller's stream, which only checked mode
 // synchronises.
 #include <cuda_runtime.h>
@@ -69,9 +70,16 @@ int access_width(const core::QkNormRopeBackwardCall& c, const core::RopeGeometry
   return vt < v ? vt : v;
 }
 
-// Column sums of the partial rows into the present weight gradients (parts = 0 writes zeros).
+// Column sums of the partial rows into the present weight gradients (parts = 0 writes zeros):
+// one launch for both when their dtypes match.
 Status reduce_dw(const TensorRef& dwq, const TensorRef& dwk, const float* partials, int64_t parts,
                  int64_t d, cudaStream_t s) {
+  if (dwq.defined() && dwk.defined() && dwq.dtype == dwk.dtype) {
+    const float* pk = partials != nullptr ? partials + parts * d : nullptr;
+    const float* const src[2] = {partials, pk};
+    void* const dst[2] = {dwq.data, dwk.data};
+    return cuda::launch_column_sums(kOp, src, dst, 2, parts, d, dwq.dtype, s);
+  }
   if (dwq.defined()) {
     ROPENORM_TRY(cuda::launch_column_sum(kOp, partials, parts, d, dwq.dtype, dwq.data, s));
   }
