@@ -3,7 +3,8 @@
 // R = D], random int64 positions, out of place, T in {1, 1024, 32768}:
 //  - "rope_backward": ropenorm's rope with inverse = true (one launch) against the unfused
 //    baseline with the gathered sin negated (baseline_rope.h);
-//  - "rope_fwd_bwd": the forward on q, k, then the backward on dq', dk' (two launches each side).
+//  - "rope_fwd_bwd": the forward on q, k, then the backward on dq', dk' (ropenorm: one launch
+//    each way; the baseline: 5 + 5).
 // Each is verified against the float64 oracle (fwd_bwd: both halves), then timed (CUDA-graph
 // replay for T <= rope_graph_max_t, else cold-L2 medians).
 #pragma once
