@@ -25,7 +25,7 @@ __device__ __forceinline__ int64_t pair_of(int64_t j, int64_t h, bool neox) {
 
 template <typename T, typename C>
 __global__ void gather_kernel(const C* cache, const int64_t* positions, T* cos, T* sin, int64_t d,
-                              bool neox, int64_t total) {
+                              bool neox, bool inverse, int64_t total) {
   const int64_t h = d / 2;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total;
        i += int64_t{gridDim.x} * blockDim.x) {
@@ -33,7 +33,8 @@ __global__ void gather_kernel(const C* cache, const int64_t* positions, T* cos, 
     const C* row = cache + positions[i / d] * d;
     const int64_t pair = pair_of(j, h, neox);
     cos[i] = from_float<T>(to_float(row[pair]));
-    sin[i] = from_float<T>(to_float(row[h + pair]));
+    const float s = to_float(row[h + pair]);
+    sin[i] = from_float<T>(inverse ? -s : s);
   }
 }
 
@@ -75,8 +76,8 @@ unsigned grid_for(int64_t total, int threads) {
 
 }  // namespace
 
-Status baseline_rope(const RopeBaselineBuffers& b, DType dtype, RopeStyle style, int64_t t,
-                     int64_t hq, int64_t hk, int64_t d, cudaStream_t stream) {
+Status baseline_rope(const RopeBaselineBuffers& b, DType dtype, RopeStyle style, bool inverse,
+                     int64_t t, int64_t hq, int64_t hk, int64_t d, cudaStream_t stream) {
   if (t <= 0) return Status::Ok();
   const int threads = 256;
   const bool neox = style == RopeStyle::kNeox;
@@ -88,7 +89,7 @@ Status baseline_rope(const RopeBaselineBuffers& b, DType dtype, RopeStyle style,
         b.cache_dtype, "baseline_rope", "cache", [&](auto ctag) {
           using C = typename decltype(ctag)::type;
           gather_kernel<T, C><<<grid_for(t * d, threads), threads, 0, stream>>>(
-              static_cast<const C*>(b.cache), b.positions, cos, sin, d, neox, t * d);
+              static_cast<const C*>(b.cache), b.positions, cos, sin, d, neox, inverse, t * d);
           return Status::Ok();
         });
     if (!st.ok()) return st;

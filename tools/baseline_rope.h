@@ -34,8 +34,11 @@ struct RopeBaselineBuffers {
   void* rot;                 ///< T * max(Hq, Hk) * D elements of dtype (rotate_half(x))
 };
 
-/// Enqueues the unfused kernels on `stream` (5 launches; allocates nothing).
-Status baseline_rope(const RopeBaselineBuffers& b, DType dtype, RopeStyle style, int64_t t,
-                     int64_t hq, int64_t hk, int64_t d, cudaStream_t stream);
+/// Enqueues the unfused kernels on `stream` (5 launches; allocates nothing). `inverse`: the
+/// backward, dx = dy * cos + rotate_half^T(dy * sin); rotate_half (and rotate_every_two) is
+/// skew-symmetric, so that is dy * cos + rotate_half(dy) * (-sin): the same kernels with the
+/// gathered sin negated (exactly).
+Status baseline_rope(const RopeBaselineBuffers& b, DType dtype, RopeStyle style, bool inverse,
+                     int64_t t, int64_t hq, int64_t hk, int64_t d, cudaStream_t stream);
 
 }  // namespace ropenorm::bench

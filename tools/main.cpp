@@ -21,6 +21,7 @@
 #include "bench_qk_norm_rope_backward.h"
 #include "bench_rms_norm.h"
 #include "bench_rope.h"
+#include "bench_rope_backward.h"
 #include "bench_timing.h"
 #include "device_info.h"
 #include "receipt.h"
@@ -137,6 +138,7 @@ int run_main_job(bool timing, bool quick, const std::string& out_dir,
   };
   family("rms_norm", "rms_norm", [&] { return bench::bench_rms_norm(o, &rows, std::cout); });
   family("rope", "rope", [&] { return bench::bench_rope(o, &rows, std::cout); });
+  family("rope", "rope backward", [&] { return bench::bench_rope_backward(o, &rows, std::cout); });
   family("backward", "backward", [&] { return bench::bench_backward(o, &rows, std::cout); });
   family("qk_norm_rope", "qk_norm_rope forward",
          [&] { return bench::bench_qk_norm_rope(o, &rows, std::cout); });

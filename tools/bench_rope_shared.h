@@ -1,0 +1,43 @@
+// Pieces the RoPE forward and backward rows of the main job share: the device buffers of one
+// shape, the baseline's view of them, and the checks of ropenorm's and the baseline's outputs
+// against the float64 oracle (forward, or the inverse rotation of the backward).
+//
+// The baseline's check: it rounds cos and sin to q's dtype (Hugging Face's cos.to(x.dtype)), so
+// its oracle rotates with those rounded values; it then rounds x * cos and rot * sin separately
+// and their sum once more, so under cancellation (a c close to b s) its error is bounded by the
+// products' magnitudes, not by the output's ulp. Each element is therefore allowed
+// product_term * (ulp(|x * cos|) + ulp(|rot * sin|)) (output-dtype ulps at the exact products)
+// before its error is measured in output ulps against the q_out / k_out rows of
+// "rope_unfused_baseline" in the tolerance table. The error without that allowance is reported in
+// the row's note ("raw").
+#pragma once
+
+#include "baseline_rope.h"
+#include "receipt.h"
+#include "reference/host_tensor.h"
+#include "verify/device_buffer.h"
+#include "verify/rope_case.h"
+
+namespace ropenorm::bench {
+
+/// Device copies of a case's q, k, cache and positions, and output and baseline scratch buffers.
+struct RopeShapeBuffers {
+  verify::DeviceBuffer q, k, q_out, k_out, cache, pos, cos, sin, rot;
+};
+
+/// Uploads the case's inputs; allocates q_out, k_out and the baseline's scratch (not poisoned).
+RopeShapeBuffers upload_rope_shape(const verify::RopeCase& c, const verify::RopeInputs& in);
+
+/// The baseline's view of the buffers (reading q, k; writing q_out, k_out).
+RopeBaselineBuffers rope_baseline_view(const verify::RopeCase& c, const RopeShapeBuffers& b);
+
+/// ropenorm's errors from a verify outcome into the row (max ulps, tolerance, exact share, pass).
+void fill_rope_errors(const verify::RopeOutcome& out, ResultRow* row);
+
+/// The baseline's outputs against the oracle (see the file comment): the forward rotation, or
+/// with `inverse` the backward's; fills the row's errors and appends to its note.
+void check_rope_baseline(const verify::RopeCase& c, const verify::RopeInputs& in,
+                         const ref::HostTensor& q_out, const ref::HostTensor& k_out, bool inverse,
+                         ResultRow* row);
+
+}  // namespace ropenorm::bench
