@@ -59,26 +59,9 @@ __device__ __forceinline__ int64_t qk_bwd_div(int64_t a, int64_t b) {
   return a / b;
 }
 
-/// V consecutive floats of shared memory at p (a run's weight factors or dw partials), as
-/// 16-byte accesses when V is a multiple of 4 (runs start at multiples of V, tables at 16-byte
-/// aligned offsets).
-template <int V>
-__device__ __forceinline__ void smem_run(const float* p, float (&v)[V]) {
-  if constexpr (V % 4 == 0) {
-#pragma unroll
-    for (int c = 0; c < V / 4; ++c) {
-      const float4 q = reinterpret_cast<const float4*>(p)[c];
-      v[4 * c] = q.x;
-      v[4 * c + 1] = q.y;
-      v[4 * c + 2] = q.z;
-      v[4 * c + 3] = q.w;
-    }
-  } else {
-#pragma unroll
-    for (int i = 0; i < V; ++i) v[i] = p[i];
-  }
-}
-
+/// Stores V consecutive floats to shared memory at p (a run's dw partials), as 16-byte accesses
+/// when V is a multiple of 4 (runs start at multiples of V, tables at 16-byte aligned offsets).
+/// (store_pack streams to global memory; runs are read back with load_pack<float, V>.)
 template <int V>
 __device__ __forceinline__ void smem_store_run(float* p, const float (&v)[V]) {
   if constexpr (V % 4 == 0) {
@@ -238,8 +221,8 @@ __global__ void __launch_bounds__(core::kQkBwdThreads)
       if (m < args.slots) qk_bwd_slot_runs<V>(a, args.rot_slots, m, &oa, &ob);
       const bool has_b = m < args.slots && ob < d_head;
       float wa[V] = {}, wb[V] = {};
-      if (m < args.slots) smem_run<V>(w + oa, wa);
-      if (has_b) smem_run<V>(w + ob, wb);
+      if (m < args.slots) load_pack<float, V>(w + oa, wa);
+      if (has_b) load_pack<float, V>(w + ob, wb);
 #pragma unroll
       for (int j = 0; j < V; ++j) {
         xa[k][j] *= r;
@@ -262,8 +245,8 @@ __global__ void __launch_bounds__(core::kQkBwdThreads)
           qk_bwd_slot_runs<V>(a, args.rot_slots, m, &oa, &ob);
           const bool has_b = ob < d_head;
           float da[V], db[V], wa[V], wb[V] = {};
-          smem_run<V>(w + oa, wa);
-          if (has_b) smem_run<V>(w + ob, wb);
+          load_pack<float, V>(w + oa, wa);
+          if (has_b) load_pack<float, V>(w + ob, wb);
 #pragma unroll
           for (int j = 0; j < V; ++j) {
             da[j] = qk_bwd_dx(ga[k][j] * wa[j], xa[k][j], mean, r);
@@ -273,12 +256,12 @@ __global__ void __launch_bounds__(core::kQkBwdThreads)
           if (has_b) store_pack<T, V>(dx + ob, db);
           if (want_dw) {
             float pa[V], pb[V];
-            smem_run<V>(wacc + oa, pa);
+            load_pack<float, V>(wacc + oa, pa);
 #pragma unroll
             for (int j = 0; j < V; ++j) pa[j] = qk_bwd_dw_add(pa[j], ga[k][j], xa[k][j]);
             smem_store_run<V>(wacc + oa, pa);
             if (has_b) {
-              smem_run<V>(wacc + ob, pb);
+              load_pack<float, V>(wacc + ob, pb);
 #pragma unroll
               for (int j = 0; j < V; ++j) pb[j] = qk_bwd_dw_add(pb[j], gb[k][j], xb[k][j]);
               smem_store_run<V>(wacc + ob, pb);
