@@ -3,10 +3,10 @@
 // M = 4096 and 32768, N = 4096 and 8192, cold-L2 CUDA-event medians against the copy bandwidth of
 // the same run; built against two library versions it times one against the other. With the
 // argument "once" it runs each shape once (for a profiler); with "narrow" it also times rows of
-// N = 512 and 1024 (the warp-per-row ring) at other rows per block, ring depths and as the block
-// ring (function narrow), and single rows by part (function single); with "splits" it also times
-// the block-per-row ring kernel at every threads x vectors-per-thread split that fits (the most
-// elementwise ulps by which dx differs from the production plan's at M = 4096: a different
+// N = 256, 512 and 1024 (the warp-per-row ring) at other rows per block, ring depths and as the
+// block ring (function narrow), and single rows by part (function single); with "splits" it also
+// times the block-per-row ring kernel at every threads x vectors-per-thread split that fits (the
+// most elementwise ulps by which dx differs from the production plan's at M = 4096: a different
 // reduction order, amplified where g and xh * mean nearly cancel). Question: what sets the time
 // of a row in the ring kernel, whose plain op at N = 4096 moved 60% of the fused add's bytes in
 // the same time. Answered (bench/results/bwd-splits-*-nvidia-h200.log, docs/performance.md):
@@ -160,7 +160,7 @@ void narrow(void* x, void* dy, void* dx, void* w, void* dw, void* rstd, void* ws
   RmsNormBackwardParams bp;
   bp.eps = 1e-6f;
   std::vector<uint16_t> ref, got;
-  for (int64_t n : {512, 1024}) {
+  for (int64_t n : {256, 512, 1024}) {
     for (int64_t m : {4096, 32768}) {
       const BwdShape sh = bwd_shape(x, w, rstd, dx, ws, ws_bytes, dw, m, n);
       const TensorRef &tx = sh.x, &tw = sh.w, &tr = sh.rstd, &tws = sh.ws, &tdw = sh.dw;
@@ -190,7 +190,10 @@ void narrow(void* x, void* dy, void* dx, void* w, void* dw, void* rstd, void* ws
           bool fits = true;
           auto run = [&] {
             int64_t grid = 0;
-            if (n == 512) {
+            if (n == 256) {
+              fits =
+                  stages == 2 ? warp_variant<1, 2>(a, r, &grid) : warp_variant<1, 4>(a, r, &grid);
+            } else if (n == 512) {
               fits =
                   stages == 2 ? warp_variant<2, 2>(a, r, &grid) : warp_variant<2, 4>(a, r, &grid);
             } else {

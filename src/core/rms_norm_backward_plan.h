@@ -30,9 +30,11 @@ const char* rms_norm_bwd_path_name(RmsNormBwdPath path);
 constexpr int kBwdMaxThreads = 512;
 /// Fewest threads per row the block path aims for before it takes fewer vectors per thread.
 constexpr int kBwdMinThreads = 128;
-/// Ring depth of the warp path and of the block path (measured on H200, bf16, N = 4096 and 8192:
-/// a 4-stage block ring was slower than a 2-stage one at every split).
-constexpr int kBwdWarpStages = 4;
+/// Ring depth of the warp path and of the block path (measured on H200, bf16: a 4-stage block
+/// ring was slower than a 2-stage one at every split at N = 4096 and 8192, and a 4-stage warp
+/// ring at every rows-per-block count at N = 512 and 1024, where its shared memory halved the
+/// rows per block: N = 1024, M = 32768 85.6 us at 4 rows x 4 stages, 63.0 us at 8 x 2).
+constexpr int kBwdWarpStages = 2;
 constexpr int kBwdBlockStages = 2;
 /// Threads of a two-pass block.
 constexpr int kBwdTwoPassThreads = 512;

@@ -419,6 +419,9 @@ TEST(CpuRmsNormBackwardPlan, BlockPathSplit) {
   const core::RmsNormBwdPlan w = core::plan_rms_norm_backward(1024, 8, true, true, 4, true);
   EXPECT_EQ(w.path, core::RmsNormBwdPath::kWarpPerRow);
   EXPECT_EQ(w.stages, core::kBwdWarpStages);
+  // Two stages leave room for eight rows of 1024 bf16 columns per block (100 KB).
+  EXPECT_EQ(w.rows_per_block, 8);
+  EXPECT_LE(w.smem_bytes, core::kBwdSmemBudget);
   // The fused add's 16384-column rows no longer fit the ring: two passes.
   EXPECT_EQ(core::plan_rms_norm_backward(16384, 8, true, true, 6, true).path,
             core::RmsNormBwdPath::kTwoPass);
