@@ -9,10 +9,12 @@
 // block (M = 1: 512 x 1 in 1.71 us, 128 x 4 2.50 us with the split-invariant reduction, at
 // 89ff5f2). Question now: where between the row counts does each split win (the
 // plan's kFewRowsPerSm and kMidRowsPerSm)? Each split's registers are printed. Plain rows also
-// run a lean form of the direct kernel (lean_kernel: aligned rows without edge elements, bf16
-// weight read as vectors, exact rounding, bf16 output, no rstd; the same arithmetic in the same
-// order, so the same bits): is the general kernel's register count (and so its occupancy) what
-// keeps M = 4096 N = 4096 at 21.7 us against a 15.9 us floor?
+// run the library's lean direct kernel (rms_norm_lean_kernel, taken where plan.lean: aligned rows
+// without edge elements, a weight in x's dtype, exact rounding) at 1 and 2 vectors per thread,
+// against the direct kernel's output (the same arithmetic in the same order, so the same bits).
+// Its form without row strides (26 / 31 registers at 1 / 2 vectors per thread, against 38 / 64
+// for the direct kernel) was faster at every row count at those splits
+// (bench/results/rms-launch-shapes-lean-21a42b5-nvidia-h200.log), which is why the library has it.
 // Not part of the build:
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90,code=sm_90 -Iinclude -Isrc \
 //        bench/experiments/rms_norm_launch_shapes.cu build/libropenorm.a -o rms_norm_launch_shapes
@@ -75,65 +77,18 @@ RmsNormKernelArgs make_args(bf16* x, bf16* w, bf16* y, bf16* r, bf16* ro, int64_
   a.weight_vec = true;
   return a;
 }
-// The direct kernel without its generality (see the file comment); block b owns rows b,
-// b + gridDim.x, ...; thread t owns vectors t, t + blockDim.x, ... (VPT of them).
-template <int VPT>
-__global__ void __launch_bounds__(core::kRowsMaxThreads)
-    lean_kernel(const bf16* __restrict__ x, const bf16* __restrict__ w, bf16* __restrict__ y,
-                int64_t m, int n, float eps) {
-  __shared__ float scratch[VPT * core::kRowsMaxThreads / 32];
-  const int tid = threadIdx.x, nthreads = blockDim.x, nvec = n / 8;
-  griddep_wait();
-  griddep_launch_dependents();
-  for (int64_t row = blockIdx.x; row < m; row += gridDim.x) {
-    const bf16* xr = x + row * n;
-    float v[VPT][8], part[VPT];
-#pragma unroll
-    for (int k = 0; k < VPT; ++k) {
-      const int j = tid + k * nthreads;
-      if (j < nvec) {
-        load_pack<bf16, 8>(xr + static_cast<int64_t>(j) * 8, v[k]);
-      } else {
-#pragma unroll
-        for (int i = 0; i < 8; ++i) v[k][i] = 0.0f;
-      }
-    }
-#pragma unroll
-    for (int k = 0; k < VPT; ++k) {
-      part[k] = 0.0f;
-#pragma unroll
-      for (int i = 0; i < 8; ++i) part[k] += v[k][i] * v[k][i];
-    }
-    const float rstd = rms_rstd(chunk_sum<VPT, core::kRowsMaxThreads>(part, scratch), n, eps);
-#pragma unroll
-    for (int k = 0; k < VPT; ++k) {
-      const int j = tid + k * nthreads;
-      if (j < nvec) {
-        float wv[8];
-        load_pack<bf16, 8>(w + static_cast<int64_t>(j) * 8, wv);
-#pragma unroll
-        for (int i = 0; i < 8; ++i) v[k][i] = rms_apply_exact(v[k][i], rstd, wv[i] + 0.0f);
-        store_pack<bf16, 8>(y + row * n + static_cast<int64_t>(j) * 8, v[k]);
-      }
-    }
-  }
-}
+// The library's lean direct kernel (plan.lean) at VPT vectors per thread, one block per row.
 template <int VPT>
 const void* lean_ptr() {
-  return reinterpret_cast<const void*>(lean_kernel<VPT>);
+  return reinterpret_cast<const void*>(rms_norm_lean_kernel<bf16, 8, VPT>);
 }
-const void* lean_kernel_of(int vpt) {
-  return vpt == 1 ? lean_ptr<1>() : vpt == 2 ? lean_ptr<2>() : lean_ptr<4>();
-}
-void launch_lean(int vpt, int threads, const bf16* x, const bf16* w, bf16* y, int64_t m, int n,
-                 cudaStream_t s) {
-  const unsigned grid = static_cast<unsigned>(m < 65535 * 32 ? m : 65535 * 32);
+const void* lean_kernel_of(int vpt) { return vpt == 1 ? lean_ptr<1>() : lean_ptr<2>(); }
+void launch_lean(int vpt, int threads, const RmsNormKernelArgs& a, cudaStream_t s) {
+  const unsigned grid = static_cast<unsigned>(a.m < 65535 * 32 ? a.m : 65535 * 32);
   if (vpt == 1) {
-    CK(launch_with_pdl(lean_kernel<1>, dim3(grid), dim3(threads), 0, s, x, w, y, m, n, 1e-6f));
-  } else if (vpt == 2) {
-    CK(launch_with_pdl(lean_kernel<2>, dim3(grid), dim3(threads), 0, s, x, w, y, m, n, 1e-6f));
+    CK(launch_with_pdl(rms_norm_lean_kernel<bf16, 8, 1>, dim3(grid), dim3(threads), 0, s, a));
   } else {
-    CK(launch_with_pdl(lean_kernel<4>, dim3(grid), dim3(threads), 0, s, x, w, y, m, n, 1e-6f));
+    CK(launch_with_pdl(rms_norm_lean_kernel<bf16, 8, 2>, dim3(grid), dim3(threads), 0, s, a));
   }
 }
 int regs_of(const void* k) {
@@ -224,12 +179,10 @@ int main() {
               fused ? "add_rms" : "rms    ", (long)N, (long)M, vs[i].threads, vs[i].vpt,
               i == 0 ? "(prod)" : "      ", regs, us, bytes / us / 1e3,
               100 * bytes / us / 1e3 / copy, ndiff, maxd);
-          if (fused || vs[i].vpt > 4) continue;
+          if (fused || vs[i].vpt > core::kLeanMaxVpt) continue;
           // The lean form of the same split, against the production output.
           const int vpt = vs[i].vpt, threads = vs[i].threads;
-          auto lean = [&](cudaStream_t stream) {
-            launch_lean(vpt, threads, x, w, y, M, static_cast<int>(N), stream);
-          };
+          auto lean = [&](cudaStream_t stream) { launch_lean(vpt, threads, a, stream); };
           CK(cudaMemset(y, 0xff, M * N * 2));
           const float lus = M <= 512 ? time_graph(lean) : time_med([&] { lean(0); }, true, 21);
           CK(cudaMemcpy(out.data(), y, M * N * 2, cudaMemcpyDeviceToHost));

@@ -49,7 +49,23 @@ bool same_element_phase(const AccessFacts& t, const AccessFacts& x, int v) {
   return true;
 }
 
+// Every row of t starts on a 16-byte boundary (v elements of 16 / v bytes each).
+bool rows_aligned(const AccessFacts& t, int v) {
+  if (addr(t.data) % 16 != 0) return false;
+  for (int d = 0; d < t.rows.nd; ++d) {
+    if (t.rows.strides[d] % v != 0) return false;
+  }
+  return true;
+}
+
 }  // namespace
+
+bool rms_norm_lean_rows(const LeanRowFacts& f, int vec) {
+  if (vec <= kScalarWidth || f.n % vec != 0) return false;
+  if (f.fused || !f.exact || !f.same_dtype || f.weight == nullptr) return false;
+  if (addr(f.weight) % 16 != 0 || f.x.rows.nd > 1 || f.y.rows.nd > 1) return false;
+  return rows_aligned(f.x, vec) && rows_aligned(f.y, vec);
+}
 
 int rms_norm_vector_width(const AccessFacts& x, std::initializer_list<AccessFacts> others) {
   const int v = max_vector_width(x.elem_size);
@@ -62,7 +78,7 @@ int rms_norm_vector_width(const AccessFacts& x, std::initializer_list<AccessFact
 static int round_up(int64_t a, int64_t b) { return static_cast<int>((a + b - 1) / b * b); }
 
 RmsNormPlan plan_rms_norm(int64_t n, int vec, int x_elem, int r_elem, bool has_weight, int64_t rows,
-                          int sm_count) {
+                          int sm_count, bool lean_rows) {
   RmsNormPlan p;
   p.vec = vec;
   const int64_t nvec = (n + vec - 1) / vec;
@@ -103,10 +119,13 @@ RmsNormPlan plan_rms_norm(int64_t n, int vec, int x_elem, int r_elem, bool has_w
     int mid = wide;
     while (mid < many && !fits(mid, kMidThreads)) mid *= 2;
     const int64_t sms = sm_count > 0 ? sm_count : 1;
-    const int vpt = rows <= kFewRowsPerSm * sms ? wide : (rows <= kMidRowsPerSm * sms ? mid : many);
+    const int64_t few_rows = (lean_rows ? kLeanFewRowsPerSm : kFewRowsPerSm) * sms;
+    const int64_t mid_rows = (lean_rows ? kLeanMidRowsPerSm : kMidRowsPerSm) * sms;
+    const int vpt = rows <= few_rows ? wide : (rows <= mid_rows ? mid : many);
     // The direct kernel: registers only, no shared-memory ring, weight read from global memory.
     p.path = RmsNormPath::kBlockPerRow;
     p.vpt = vpt;
+    p.lean = lean_rows && vpt <= kLeanMaxVpt;
     p.threads = round_up((nvec + vpt - 1) / vpt, 32);
     p.stages = 0;
     p.weight_in_smem = false;

@@ -45,6 +45,25 @@ struct AccessFacts {
 /// constraint (staged in shared memory or read as scalars).
 int rms_norm_vector_width(const AccessFacts& x, std::initializer_list<AccessFacts> others);
 
+/// What decides whether rows can take the lean direct kernel (rms_norm_lean_rows).
+struct LeanRowFacts {
+  AccessFacts x;
+  AccessFacts y;
+  const void* weight = nullptr;  ///< null: no weight
+  bool same_dtype = false;       ///< y and the weight in x's dtype
+  bool exact = false;            ///< Rounding::kExact
+  bool fused = false;            ///< with a residual
+  int64_t n = 0;                 ///< row width
+};
+
+/// Whether the rows need none of the direct kernel's generality, so that its lean form serves
+/// them with the same bits: the plain op with a weight, exact rounding, y and the weight in x's
+/// dtype, n a multiple of the vector width vec (> 1), x and y rows of one leading dimension
+/// (after collapsing) and each of their rows 16-byte aligned (base aligned, row stride a multiple
+/// of vec elements), the weight 16-byte aligned. Depends on the tensors' layout, never on the row
+/// count.
+bool rms_norm_lean_rows(const LeanRowFacts& f, int vec);
+
 struct RmsNormPlan {
   RmsNormPath path = RmsNormPath::kBlockPerRow;
   int vec = 1;                  ///< elements per vector access
@@ -54,6 +73,7 @@ struct RmsNormPlan {
   int stages = 4;               ///< shared-memory ring depth (warp path; 0 otherwise)
   bool weight_in_smem = false;  ///< (w + o) staged in shared memory as fp32 (warp path)
   int64_t smem_bytes = 0;       ///< dynamic shared memory per block
+  bool lean = false;            ///< kBlockPerRow: the lean direct kernel (rms_norm_lean_rows)
 };
 
 /// Largest number of vectors per thread the register-resident kernels are built for.
@@ -77,6 +97,15 @@ constexpr int64_t kFewRowsPerSm = 1;
 constexpr int64_t kMidRowsPerSm = 8;
 /// Threads per row of the middle split.
 constexpr int kMidThreads = 256;
+/// Rows the lean direct kernel serves take the widest split up to kLeanFewRowsPerSm rows per
+/// multiprocessor and the middle one up to kLeanMidRowsPerSm, and the lean kernel runs at most
+/// kLeanMaxVpt vectors per thread (H200, bf16, N = 4096: lean 512 x 1 at M = 512 2.74 us against
+/// 3.14 for lean 256 x 2; lean 256 x 2 at M = 4096 20.29 us against 21.09 for the direct kernel
+/// at 128 x 4, which at M = 8192 is ahead, 36.48 against 36.93; the lean kernel at 4 vectors per
+/// thread is slower than the direct one from M = 2048 on; docs/performance.md).
+constexpr int64_t kLeanFewRowsPerSm = 4;
+constexpr int64_t kLeanMidRowsPerSm = 32;
+constexpr int kLeanMaxVpt = 2;
 /// Row count that selects the many-rows split on any device (the planner's default).
 constexpr int64_t kManyRows = int64_t{1} << 62;
 /// Threads per row on the two-pass path.
@@ -98,8 +127,11 @@ __host__ __device__
 /// of x_elem bytes, a residual of r_elem bytes (0: plain op), with or without a weight, on a
 /// device of sm_count multiprocessors. The path, vector width and staging depend on n and the
 /// dtypes only; on the block path the split depends on rows / sm_count too (kFewRowsPerSm,
-/// kMidRowsPerSm), which leaves the results unchanged (split-invariant reduction).
+/// kMidRowsPerSm), which leaves the results unchanged (split-invariant reduction). lean_rows
+/// (rms_norm_lean_rows) lets the block path take the lean direct kernel (kLeanFewRowsPerSm,
+/// kLeanMidRowsPerSm, kLeanMaxVpt), again with the same results.
 RmsNormPlan plan_rms_norm(int64_t n, int vec, int x_elem = 2, int r_elem = 0,
-                          bool has_weight = true, int64_t rows = kManyRows, int sm_count = 1);
+                          bool has_weight = true, int64_t rows = kManyRows, int sm_count = 1,
+                          bool lean_rows = false);
 
 }  // namespace ropenorm::core

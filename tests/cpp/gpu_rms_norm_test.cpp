@@ -297,13 +297,17 @@ TEST(GpuRmsNorm, BatchInvariance) {
 TEST(GpuRmsNorm, SplitInvariance) {
   ROPENORM_REQUIRE_GPU();
   const int64_t sms = cuda::device_sm_count();
-  const int64_t plan_rows[] = {1, sms + 1, core::kMidRowsPerSm * sms + 1};
+  // Both sets of split boundaries: rows that take the lean direct kernel (4096 and 2048
+  // columns at offsets 0 and 8 below, exact rounding) meet the direct kernel at the last.
+  const int64_t plan_rows[] = {1, sms + 1, core::kLeanFewRowsPerSm * sms + 1,
+                               core::kMidRowsPerSm * sms + 1, core::kLeanMidRowsPerSm * sms + 1};
   struct Variant {
     int64_t n;
     DType x, y;
     bool fused, hf;
     int64_t offset;
     int64_t y_offset = -1;  ///< -1: offset (the same element phase as x)
+    float weight_offset = 0.0f;  ///< with exact rounding (hf_llama variants take 1)
   };
   const Variant variants[] = {
       {4096, DType::kBFloat16, DType::kBFloat16, false, false, 0},
@@ -311,6 +315,7 @@ TEST(GpuRmsNorm, SplitInvariance) {
       {8192, DType::kBFloat16, DType::kBFloat16, false, false, 3},
       {16384, DType::kBFloat16, DType::kBFloat16, false, false, 0},
       {4096, DType::kFloat32, DType::kFloat32, false, false, 0},
+      {2048, DType::kFloat16, DType::kFloat16, false, false, 8, -1, 1.0f},
       {5000, DType::kFloat16, DType::kFloat16, false, true, 1},
       {1000, DType::kBFloat16, DType::kFloat32, false, false, 1},
       {1000, DType::kBFloat16, DType::kFloat32, false, false, 1, 2},
@@ -329,7 +334,7 @@ TEST(GpuRmsNorm, SplitInvariance) {
     c.storage_offset = v.offset;
     c.y_offset = v.y_offset;
     c.params.rounding = v.hf ? Rounding::kHfLlama : Rounding::kExact;
-    c.params.weight_offset = v.hf ? 1.0f : 0.0f;
+    c.params.weight_offset = v.hf ? 1.0f : v.weight_offset;
     c.seed = seed++;
     const auto in = verify::make_inputs(c);
     std::vector<verify::RmsNormOutcome> outs;

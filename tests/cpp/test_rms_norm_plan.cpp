@@ -134,6 +134,75 @@ TEST(CpuRmsNormPlan, BlockSplitFollowsRowsPerSm) {
   }
 }
 
+// Rows the lean direct kernel serves: the plain op with a weight, exact rounding, one dtype,
+// aligned rows of one leading dimension and no edge elements; anything else is the direct kernel.
+TEST(CpuRmsNormPlan, LeanRows) {
+  LeanRowFacts f;
+  f.x = {g_buf, 2, rows(4096)};
+  f.y = {g_buf + 16384, 2, rows(4096)};
+  f.weight = g_buf + 32768;
+  f.same_dtype = true;
+  f.exact = true;
+  f.fused = false;
+  f.n = 4096;
+  EXPECT_TRUE(rms_norm_lean_rows(f, 8));
+  EXPECT_FALSE(rms_norm_lean_rows(f, 1));
+  auto without = [&](auto change) {
+    LeanRowFacts g = f;
+    change(g);
+    return rms_norm_lean_rows(g, 8);
+  };
+  EXPECT_FALSE(without([](LeanRowFacts& g) { g.n = 4095; }));
+  EXPECT_FALSE(without([](LeanRowFacts& g) { g.fused = true; }));
+  EXPECT_FALSE(without([](LeanRowFacts& g) { g.exact = false; }));
+  EXPECT_FALSE(without([](LeanRowFacts& g) { g.same_dtype = false; }));
+  EXPECT_FALSE(without([](LeanRowFacts& g) { g.weight = nullptr; }));
+  EXPECT_FALSE(without([](LeanRowFacts& g) { g.weight = g_buf + 32770; }));
+  EXPECT_FALSE(without([](LeanRowFacts& g) {
+    g.x.data = g_buf + 16;
+    g.x.rows = rows(4100);
+  }));
+  EXPECT_FALSE(without([](LeanRowFacts& g) { g.y.data = g_buf + 16386; }));
+  EXPECT_FALSE(without([](LeanRowFacts& g) { g.y.rows.nd = 2; }));
+  EXPECT_TRUE(without([](LeanRowFacts& g) { g.x.rows = rows(4104); }));
+  EXPECT_TRUE(without([](LeanRowFacts& g) { g.y.rows.nd = 0; }));
+  // f32 rows: 4-element vectors.
+  f.x.elem_size = f.y.elem_size = 4;
+  f.x.rows = f.y.rows = rows(4100);
+  EXPECT_TRUE(rms_norm_lean_rows(f, 4));
+}
+
+// Lean rows take the widest split up to 4 rows per SM and the middle one up to 32, on the lean
+// kernel at 1 and 2 vectors per thread; beyond, the many-rows split on the direct kernel.
+TEST(CpuRmsNormPlan, LeanSplitFollowsRowsPerSm) {
+  constexpr int kSms = 132;
+  struct Want {
+    int64_t rows;
+    int threads, vpt;
+    bool lean;
+  };
+  auto check = [&](int64_t n, std::initializer_list<Want> wants) {
+    for (const Want& w : wants) {
+      const auto p = plan_rms_norm(n, 8, 2, 0, true, w.rows, kSms, true);
+      EXPECT_EQ(p.path, RmsNormPath::kBlockPerRow) << n << " rows " << w.rows;
+      EXPECT_EQ(p.threads, w.threads) << n << " rows " << w.rows;
+      EXPECT_EQ(p.vpt, w.vpt) << n << " rows " << w.rows;
+      EXPECT_EQ(p.lean, w.lean) << n << " rows " << w.rows;
+    }
+  };
+  check(4096, {{1, 512, 1, true},
+               {528, 512, 1, true},
+               {529, 256, 2, true},
+               {4224, 256, 2, true},
+               {4225, 128, 4, false}});
+  check(8192, {{1, 512, 2, true}, {528, 512, 2, true}, {529, 256, 4, false}});
+  // Without lean rows the plan never takes the lean kernel, and the warp path never does.
+  for (int64_t rows : {1, 600, 5000}) {
+    EXPECT_FALSE(plan_rms_norm(4096, 8, 2, 0, true, rows, kSms).lean) << rows;
+    EXPECT_FALSE(plan_rms_norm(1024, 8, 2, 0, true, rows, kSms, true).lean) << rows;
+  }
+}
+
 TEST(CpuRmsNormPlan, EveryRegisterPlanCoversTheRow) {
   for (int vec : {1, 4, 8}) {
     for (int64_t n = 1; n <= 40000; n += 37) {

@@ -23,6 +23,9 @@
 //    row's sum of squares is reduced per chunk (vector j is chunk j, edge element e joins chunk
 //    e) with chunk_sum, whose order does not depend on T x VPT, so the plan may pick the split
 //    by the row count without changing a bit.
+//  - lean direct kernel (plan.lean: rows of one leading dimension, 16-byte aligned, no edge
+//    elements, a weight in x's dtype): the direct kernel's ownership without edge elements;
+//    thread t reads its vectors' weight as 16-byte vectors in x's dtype.
 //  - two-pass kernel (rows too wide for registers): the block owns row blockIdx.x (then strides
 //    by gridDim.x); thread t loops over vectors t, t + 512, ...; pass one sums squares (and
 //    writes s), pass two re-reads its own elements and writes y.
@@ -387,6 +390,60 @@ __global__ void __launch_bounds__(core::kRowsMaxThreads)
         [&](int k) { return x + p + static_cast<int64_t>(tid + k * nthreads) * V; },
         [&](int k) { return r + p + static_cast<int64_t>(tid + k * nthreads) * V; }, nullptr,
         scratch, ex, er);
+  }
+}
+
+/// Lean direct kernel (plan.lean, rows that core::rms_norm_lean_rows accepts): the direct kernel
+/// without its generality, y = x * r * (w + o) with r = 1 / sqrt(mean(x^2) + eps), rounded once
+/// to x's dtype. The same operations in the same order as the direct kernel (chunk_sum of the
+/// same chunks, the same weight factor and output expression), so the same bits.
+template <typename Tx, int V, int VPT>
+__global__ void __launch_bounds__(core::kRowsMaxThreads)
+    rms_norm_lean_kernel(const RmsNormKernelArgs a) {
+  __shared__ float scratch[VPT * core::kRowsMaxThreads / 32];
+  const int tid = threadIdx.x;
+  const int nthreads = blockDim.x;
+  const int nvec = static_cast<int>(a.n / V);
+  const Tx* w = static_cast<const Tx*>(a.weight);
+  // Rows of one leading dimension (rms_norm_lean_rows): row m starts at m * stride.
+  const int64_t x_stride = a.x_rows.nd == 0 ? 0 : a.x_rows.strides[0];
+  const int64_t y_stride = a.y_rows.nd == 0 ? 0 : a.y_rows.strides[0];
+  griddep_wait();
+  griddep_launch_dependents();
+  for (int64_t row = blockIdx.x; row < a.m; row += gridDim.x) {
+    const Tx* x = static_cast<const Tx*>(a.x) + row * x_stride;
+    float v[VPT][V];
+    float part[VPT];
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) {
+      const int j = tid + k * nthreads;
+      if (j < nvec) {
+        load_pack<Tx, V>(x + static_cast<int64_t>(j) * V, v[k]);
+      } else {
+#pragma unroll
+        for (int i = 0; i < V; ++i) v[k][i] = 0.0f;
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) {
+      part[k] = 0.0f;
+#pragma unroll
+      for (int i = 0; i < V; ++i) part[k] += v[k][i] * v[k][i];
+    }
+    const float rstd = rms_rstd(chunk_sum<VPT, core::kRowsMaxThreads>(part, scratch), a.n, a.eps);
+    if (a.rstd != nullptr && tid == 0) a.rstd[row] = rstd;
+    Tx* y = static_cast<Tx*>(a.y) + row * y_stride;
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) {
+      const int j = tid + k * nthreads;
+      if (j < nvec) {
+        float wf[V];
+        load_pack<Tx, V>(w + static_cast<int64_t>(j) * V, wf);
+#pragma unroll
+        for (int i = 0; i < V; ++i) v[k][i] = rms_apply_exact(v[k][i], rstd, wf[i] + a.w_offset);
+        store_pack<Tx, V>(y + static_cast<int64_t>(j) * V, v[k]);
+      }
+    }
   }
 }
 

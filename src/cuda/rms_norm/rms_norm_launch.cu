@@ -53,8 +53,17 @@ Status run_rms_norm(const core::RmsNormCall& c, int64_t plan_rows, Stream stream
       {core::AccessFacts{a.y, static_cast<int>(dtype_size(c.y.dtype)), a.y_rows},
        core::AccessFacts{a.residual, rs, a.r_rows},
        core::AccessFacts{a.residual_out, rs, a.ro_rows}});
-  const core::RmsNormPlan plan = core::plan_rms_norm(
-      a.n, vec, xs, c.fused ? rs : 0, c.weight.defined(), plan_rows, device_sm_count());
+  core::LeanRowFacts lean;
+  lean.x = core::AccessFacts{a.x, xs, a.x_rows};
+  lean.y = core::AccessFacts{a.y, static_cast<int>(dtype_size(c.y.dtype)), a.y_rows};
+  lean.weight = a.weight;
+  lean.same_dtype = c.y.dtype == c.x.dtype && (!c.weight.defined() || c.weight.dtype == c.x.dtype);
+  lean.exact = c.params.rounding == Rounding::kExact;
+  lean.fused = c.fused;
+  lean.n = a.n;
+  const core::RmsNormPlan plan =
+      core::plan_rms_norm(a.n, vec, xs, c.fused ? rs : 0, c.weight.defined(), plan_rows,
+                          device_sm_count(), core::rms_norm_lean_rows(lean, vec));
   a.weight_in_smem = plan.weight_in_smem;
   a.weight_vec = a.weight != nullptr && reinterpret_cast<uintptr_t>(a.weight) % 16 == 0;
   auto s = reinterpret_cast<cudaStream_t>(stream);

@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <string>
+#include <type_traits>
 
 #include "core/rms_norm_plan.h"
 #include "cuda/common/launch.h"
@@ -100,7 +101,24 @@ Status launch_grid(Kernel kernel, const RmsNormKernelArgs& a, int threads, cudaS
 }
 
 template <typename Tx, typename Tr, int V>
+Status launch_lean(const RmsNormKernelArgs& a, const core::RmsNormPlan& p, cudaStream_t s) {
+  if constexpr (std::is_same_v<Tr, NoResidual> && V > core::kScalarWidth) {
+    static_assert(core::kLeanMaxVpt == 2, "lean kernels are built for 1 and 2 vectors per thread");
+    switch (p.vpt) {
+      case 1:
+        return launch_grid(rms_norm_lean_kernel<Tx, V, 1>, a, p.threads, s);
+      case 2:
+        return launch_grid(rms_norm_lean_kernel<Tx, V, 2>, a, p.threads, s);
+      default:
+        break;
+    }
+  }
+  return bad_plan("lean kernel, vectors per thread", p.vpt);
+}
+
+template <typename Tx, typename Tr, int V>
 Status launch_direct(const RmsNormKernelArgs& a, const core::RmsNormPlan& p, cudaStream_t s) {
+  if (p.lean) return launch_lean<Tx, Tr, V>(a, p, s);
   switch (p.vpt) {
     case 1:
       return launch_grid(rms_norm_direct_kernel<Tx, Tr, V, 1>, a, p.threads, s);
