@@ -119,7 +119,7 @@ RmsNormPlan plan_rms_norm(int64_t n, int vec, int x_elem, int r_elem, bool has_w
     int mid = wide;
     while (mid < many && !fits(mid, kMidThreads)) mid *= 2;
     const int64_t sms = sm_count > 0 ? sm_count : 1;
-    const int64_t few_rows = (lean_rows ? kLeanFewRowsPerSm : kFewRowsPerSm) * sms;
+    const int64_t few_rows = (lean_rows && wide == 1 ? kLeanFewRowsPerSm : kFewRowsPerSm) * sms;
     const int64_t mid_rows = (lean_rows ? kLeanMidRowsPerSm : kMidRowsPerSm) * sms;
     const int vpt = rows <= few_rows ? wide : (rows <= mid_rows ? mid : many);
     // The direct kernel: registers only, no shared-memory ring, weight read from global memory.

@@ -98,11 +98,13 @@ constexpr int64_t kMidRowsPerSm = 8;
 /// Threads per row of the middle split.
 constexpr int kMidThreads = 256;
 /// Rows the lean direct kernel serves take the widest split up to kLeanFewRowsPerSm rows per
-/// multiprocessor and the middle one up to kLeanMidRowsPerSm, and the lean kernel runs at most
-/// kLeanMaxVpt vectors per thread (H200, bf16, N = 4096: lean 512 x 1 at M = 512 2.74 us against
-/// 3.14 for lean 256 x 2; lean 256 x 2 at M = 4096 20.29 us against 21.09 for the direct kernel
-/// at 128 x 4, which at M = 8192 is ahead, 36.48 against 36.93; the lean kernel at 4 vectors per
-/// thread is slower than the direct one from M = 2048 on; docs/performance.md).
+/// multiprocessor when it has one vector per thread (kFewRowsPerSm otherwise) and the middle one
+/// up to kLeanMidRowsPerSm, and the lean kernel runs at most kLeanMaxVpt vectors per thread
+/// (H200, bf16, N = 4096: lean 512 x 1 at M = 512 2.74 us against 3.14 for lean 256 x 2; lean
+/// 256 x 2 at M = 4096 20.29 us against 21.09 for the direct kernel at 128 x 4, which at
+/// M = 8192 is ahead, 36.48 against 36.93; the lean kernel at 4 vectors per thread is slower
+/// than the direct one from M = 2048 on; N = 8192, M = 512: lean 512 x 2 5.50 us against 5.22
+/// for the direct kernel at 256 x 4; docs/performance.md).
 constexpr int64_t kLeanFewRowsPerSm = 4;
 constexpr int64_t kLeanMidRowsPerSm = 32;
 constexpr int kLeanMaxVpt = 2;

@@ -172,8 +172,9 @@ TEST(CpuRmsNormPlan, LeanRows) {
   EXPECT_TRUE(rms_norm_lean_rows(f, 4));
 }
 
-// Lean rows take the widest split up to 4 rows per SM and the middle one up to 32, on the lean
-// kernel at 1 and 2 vectors per thread; beyond, the many-rows split on the direct kernel.
+// Lean rows take the widest split up to 4 rows per SM (1 where it has 2 vectors per thread) and
+// the middle one up to 32, on the lean kernel at 1 and 2 vectors per thread; beyond, the
+// many-rows split on the direct kernel.
 TEST(CpuRmsNormPlan, LeanSplitFollowsRowsPerSm) {
   constexpr int kSms = 132;
   struct Want {
@@ -195,7 +196,8 @@ TEST(CpuRmsNormPlan, LeanSplitFollowsRowsPerSm) {
                {529, 256, 2, true},
                {4224, 256, 2, true},
                {4225, 128, 4, false}});
-  check(8192, {{1, 512, 2, true}, {528, 512, 2, true}, {529, 256, 4, false}});
+  // Two vectors per thread at the widest split: lean up to one row per SM only.
+  check(8192, {{1, 512, 2, true}, {132, 512, 2, true}, {133, 256, 4, false}});
   // Without lean rows the plan never takes the lean kernel, and the warp path never does.
   for (int64_t rows : {1, 600, 5000}) {
     EXPECT_FALSE(plan_rms_norm(4096, 8, 2, 0, true, rows, kSms).lean) << rows;
