@@ -32,34 +32,18 @@ void print_rope_row(std::ostream& os, const ResultRow& r) {
 }
 
 Status bench_rope(const BenchOptions& o, std::vector<ResultRow>* rows, std::ostream& log) {
-  const DType dt = DType::kBFloat16;
-  const DType cache_dt = DType::kFloat32;
   uint64_t seed = 4096;
   for (int64_t d : o.rope_ds) {
     for (int64_t t : o.rope_ts) {
       std::vector<RopeStyle> styles = {RopeStyle::kNeox};
       if (d == 128) styles.push_back(RopeStyle::kGptj);
       for (RopeStyle style : styles) {
-        verify::RopeCase c;
-        c.seq = t;
-        c.hq = o.rope_hq;
-        c.hk = o.rope_hk;
-        c.head_dim = d;
-        c.style = style;
-        c.dtype = dt;
-        c.source = CosSinKind::kCache;
-        c.cs_dtype = cache_dt;
-        c.layout = verify::RopeLayout::kSeparate;
-        c.pos_kind = verify::RopePosKind::kI64;
-        c.table_rows = t;
-        c.seed = seed++;
+        const verify::RopeCase c = standard_rope_case(t, o.rope_hq, o.rope_hk, d, style, seed++);
         const auto in = verify::make_inputs(c);
-        const int64_t elem = static_cast<int64_t>(dtype_size(dt));
-        const int64_t bytes = 2 * t * (c.hq + c.hk) * d * elem +
-                              t * d * static_cast<int64_t>(dtype_size(cache_dt)) +
-                              t * static_cast<int64_t>(sizeof(int64_t));
-        const std::vector<std::pair<std::string, int64_t>> shape = {
-            {"T", t}, {"Hq", c.hq}, {"Hk", c.hk}, {"D", d}};
+        const int64_t bytes = rope_case_bytes(c);
+        const auto shape = rope_case_shape(c);
+        const DType dt = c.dtype;
+        const DType cache_dt = c.cs_dtype;
         const std::string sname = rope_style_name(style);
 
         // ropenorm: verified through the public API on poisoned outputs.

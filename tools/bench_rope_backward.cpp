@@ -33,36 +33,20 @@ void combine_errors(const ResultRow& fwd, const ResultRow& bwd, ResultRow* row) 
 }  // namespace
 
 Status bench_rope_backward(const BenchOptions& o, std::vector<ResultRow>* rows, std::ostream& log) {
-  const DType dt = DType::kBFloat16;
-  const DType cache_dt = DType::kFloat32;
   const int64_t d = 128;
   const RopeStyle style = RopeStyle::kNeox;
   uint64_t seed = 7301;
   for (int64_t t : {int64_t{1}, int64_t{1024}, int64_t{32768}}) {
     // The backward's case (its q and k stand for dq' and dk'), and the forward of the same shape.
-    verify::RopeCase cb;
-    cb.seq = t;
-    cb.hq = o.rope_hq;
-    cb.hk = o.rope_hk;
-    cb.head_dim = d;
-    cb.style = style;
-    cb.dtype = dt;
-    cb.source = CosSinKind::kCache;
-    cb.cs_dtype = cache_dt;
-    cb.layout = verify::RopeLayout::kSeparate;
-    cb.pos_kind = verify::RopePosKind::kI64;
-    cb.table_rows = t;
+    verify::RopeCase cb = standard_rope_case(t, o.rope_hq, o.rope_hk, d, style, seed++);
     cb.inverse = true;
-    cb.seed = seed++;
     verify::RopeCase cf = cb;
     cf.inverse = false;
     const auto in = verify::make_inputs(cb);
-    const int64_t elem = static_cast<int64_t>(dtype_size(dt));
-    const int64_t one_way = 2 * t * (cb.hq + cb.hk) * d * elem +
-                            t * d * static_cast<int64_t>(dtype_size(cache_dt)) +
-                            t * static_cast<int64_t>(sizeof(int64_t));
-    const std::vector<std::pair<std::string, int64_t>> shape = {
-        {"T", t}, {"Hq", cb.hq}, {"Hk", cb.hk}, {"D", d}};
+    const int64_t one_way = rope_case_bytes(cb);
+    const auto shape = rope_case_shape(cb);
+    const DType dt = cb.dtype;
+    const DType cache_dt = cb.cs_dtype;
     const std::string note = "neox; cos/sin cache f32 [P=T R=D]; random int64 positions";
 
     // ropenorm, verified through the public API on poisoned outputs (both directions).

@@ -24,6 +24,35 @@ using verify::RopeInputs;
 
 }  // namespace
 
+RopeCase standard_rope_case(int64_t t, int64_t hq, int64_t hk, int64_t d, RopeStyle style,
+                            uint64_t seed) {
+  RopeCase c;
+  c.seq = t;
+  c.hq = hq;
+  c.hk = hk;
+  c.head_dim = d;
+  c.style = style;
+  c.dtype = DType::kBFloat16;
+  c.source = CosSinKind::kCache;
+  c.cs_dtype = DType::kFloat32;
+  c.layout = verify::RopeLayout::kSeparate;
+  c.pos_kind = verify::RopePosKind::kI64;
+  c.table_rows = t;
+  c.seed = seed;
+  return c;
+}
+
+int64_t rope_case_bytes(const RopeCase& c) {
+  const int64_t t = c.tokens(), d = c.head_dim;
+  return 2 * t * (c.hq + c.hk) * d * static_cast<int64_t>(dtype_size(c.dtype)) +
+         t * d * static_cast<int64_t>(dtype_size(c.cs_dtype)) +
+         t * static_cast<int64_t>(sizeof(int64_t));
+}
+
+std::vector<std::pair<std::string, int64_t>> rope_case_shape(const RopeCase& c) {
+  return {{"T", c.tokens()}, {"Hq", c.hq}, {"Hk", c.hk}, {"D", c.head_dim}};
+}
+
 RopeShapeBuffers upload_rope_shape(const RopeCase& c, const RopeInputs& in) {
   const int64_t t = c.tokens(), d = c.head_dim;
   const size_t es = dtype_size(c.dtype);

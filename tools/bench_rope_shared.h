@@ -12,6 +12,11 @@
 // the row's note ("raw").
 #pragma once
 
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
 #include "baseline_rope.h"
 #include "receipt.h"
 #include "reference/host_tensor.h"
@@ -19,6 +24,17 @@
 #include "verify/rope_case.h"
 
 namespace ropenorm::bench {
+
+/// The main job's standard RoPE case: bf16 q (hq heads) and k (hk heads) of head_dim d at t
+/// tokens as separate tensors, an f32 cos/sin cache of t rows, random int64 positions.
+verify::RopeCase standard_rope_case(int64_t t, int64_t hq, int64_t hk, int64_t d, RopeStyle style,
+                                    uint64_t seed);
+
+/// Bytes one rotation of the case moves: q and k read and written, the cache rows, positions.
+int64_t rope_case_bytes(const verify::RopeCase& c);
+
+/// The receipt's shape of the case: T, Hq, Hk, D.
+std::vector<std::pair<std::string, int64_t>> rope_case_shape(const verify::RopeCase& c);
 
 /// Device copies of a case's q, k, cache and positions, and output and baseline scratch buffers.
 struct RopeShapeBuffers {
