@@ -43,7 +43,6 @@ Status bench_rope(const BenchOptions& o, std::vector<ResultRow>* rows, std::ostr
         const int64_t bytes = rope_case_bytes(c);
         const auto shape = rope_case_shape(c);
         const DType dt = c.dtype;
-        const DType cache_dt = c.cs_dtype;
         const std::string sname = rope_style_name(style);
 
         // ropenorm: verified through the public API on poisoned outputs.
@@ -67,16 +66,11 @@ Status bench_rope(const BenchOptions& o, std::vector<ResultRow>* rows, std::ostr
                             verify::from_device(b.k_out, dt, t * c.hk * d), false, &base);
 
         if (o.timing) {
-          const Device dev = Device::cuda(0);
-          const TensorRef q = TensorRef::contiguous(b.q.get(), dt, {t, c.hq, d}, dev);
-          const TensorRef k = TensorRef::contiguous(b.k.get(), dt, {t, c.hk, d}, dev);
-          const TensorRef q_out = TensorRef::contiguous(b.q_out.get(), dt, {t, c.hq, d}, dev);
-          const TensorRef k_out = TensorRef::contiguous(b.k_out.get(), dt, {t, c.hk, d}, dev);
-          RopePositions pos;
-          pos.positions = TensorRef::contiguous(b.pos.get(), DType::kInt64, {t}, dev);
-          RopeCosSin cs;
-          cs.kind = CosSinKind::kCache;
-          cs.cache = TensorRef::contiguous(b.cache.get(), cache_dt, {c.table_rows, d}, dev);
+          const TensorRef q = rope_heads_view(c, b.q, c.hq), k = rope_heads_view(c, b.k, c.hk);
+          const TensorRef q_out = rope_heads_view(c, b.q_out, c.hq);
+          const TensorRef k_out = rope_heads_view(c, b.k_out, c.hk);
+          const RopePositions pos = rope_case_positions(c, b);
+          const RopeCosSin cs = rope_case_cache(c, b);
           RopeParams p;
           p.style = style;
           const Launch ours_launch = [&](cudaStream_t st) {

@@ -46,7 +46,6 @@ Status bench_rope_backward(const BenchOptions& o, std::vector<ResultRow>* rows, 
     const int64_t one_way = rope_case_bytes(cb);
     const auto shape = rope_case_shape(cb);
     const DType dt = cb.dtype;
-    const DType cache_dt = cb.cs_dtype;
     const std::string note = "neox; cos/sin cache f32 [P=T R=D]; random int64 positions";
 
     // ropenorm, verified through the public API on poisoned outputs (both directions).
@@ -86,19 +85,15 @@ Status bench_rope_backward(const BenchOptions& o, std::vector<ResultRow>* rows, 
     combine_errors(base_fwd_check, base_bwd, &base_fb);
 
     if (o.timing) {
-      const Device dev = Device::cuda(0);
       auto heads_view = [&](const verify::DeviceBuffer& buf, int64_t nh) {
-        return TensorRef::contiguous(buf.get(), dt, {t, nh, d}, dev);
+        return rope_heads_view(cb, buf, nh);
       };
       const TensorRef q = heads_view(bf.q, cb.hq), k = heads_view(bf.k, cb.hk);
       const TensorRef q_out = heads_view(bf.q_out, cb.hq), k_out = heads_view(bf.k_out, cb.hk);
       const TensorRef gq = heads_view(bg.q, cb.hq), gk = heads_view(bg.k, cb.hk);
       const TensorRef dq = heads_view(bg.q_out, cb.hq), dk = heads_view(bg.k_out, cb.hk);
-      RopePositions pos;
-      pos.positions = TensorRef::contiguous(bf.pos.get(), DType::kInt64, {t}, dev);
-      RopeCosSin cs;
-      cs.kind = CosSinKind::kCache;
-      cs.cache = TensorRef::contiguous(bf.cache.get(), cache_dt, {cb.table_rows, d}, dev);
+      const RopePositions pos = rope_case_positions(cb, bf);
+      const RopeCosSin cs = rope_case_cache(cb, bf);
       RopeParams pf;
       pf.style = style;
       RopeParams pb = pf;

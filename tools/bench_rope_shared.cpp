@@ -53,6 +53,24 @@ std::vector<std::pair<std::string, int64_t>> rope_case_shape(const RopeCase& c) 
   return {{"T", c.tokens()}, {"Hq", c.hq}, {"Hk", c.hk}, {"D", c.head_dim}};
 }
 
+TensorRef rope_heads_view(const RopeCase& c, const DeviceBuffer& buf, int64_t nh) {
+  return TensorRef::contiguous(buf.get(), c.dtype, {c.tokens(), nh, c.head_dim}, Device::cuda(0));
+}
+
+RopePositions rope_case_positions(const RopeCase& c, const RopeShapeBuffers& b) {
+  RopePositions pos;
+  pos.positions = TensorRef::contiguous(b.pos.get(), DType::kInt64, {c.tokens()}, Device::cuda(0));
+  return pos;
+}
+
+RopeCosSin rope_case_cache(const RopeCase& c, const RopeShapeBuffers& b) {
+  RopeCosSin cs;
+  cs.kind = CosSinKind::kCache;
+  cs.cache =
+      TensorRef::contiguous(b.cache.get(), c.cs_dtype, {c.table_rows, c.head_dim}, Device::cuda(0));
+  return cs;
+}
+
 RopeShapeBuffers upload_rope_shape(const RopeCase& c, const RopeInputs& in) {
   const int64_t t = c.tokens(), d = c.head_dim;
   const size_t es = dtype_size(c.dtype);

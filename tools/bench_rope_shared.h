@@ -20,6 +20,7 @@
 #include "baseline_rope.h"
 #include "receipt.h"
 #include "reference/host_tensor.h"
+#include "ropenorm/rope.h"
 #include "verify/device_buffer.h"
 #include "verify/rope_case.h"
 
@@ -43,6 +44,14 @@ struct RopeShapeBuffers {
 
 /// Uploads the case's inputs; allocates q_out, k_out and the baseline's scratch (not poisoned).
 RopeShapeBuffers upload_rope_shape(const verify::RopeCase& c, const verify::RopeInputs& in);
+
+/// The [T, nh, D] view of one of the buffers (in the case's dtype) on device 0.
+TensorRef rope_heads_view(const verify::RopeCase& c, const verify::DeviceBuffer& buf, int64_t nh);
+
+/// The positions (int64 [T]) and the cos/sin cache ([table_rows, D]) of the buffers, as the
+/// public rope call takes them.
+RopePositions rope_case_positions(const verify::RopeCase& c, const RopeShapeBuffers& b);
+RopeCosSin rope_case_cache(const verify::RopeCase& c, const RopeShapeBuffers& b);
 
 /// The baseline's view of the buffers (reading q, k; writing q_out, k_out).
 RopeBaselineBuffers rope_baseline_view(const verify::RopeCase& c, const RopeShapeBuffers& b);
