@@ -63,6 +63,7 @@ bool rows_aligned(const AccessFacts& t, int v) {
 bool rms_norm_lean_rows(const LeanRowFacts& f, int vec) {
   if (vec <= kScalarWidth || f.n % vec != 0) return false;
   if (f.fused || !f.exact || !f.same_dtype || f.weight == nullptr) return false;
+  if (f.x.elem_size != f.y.elem_size || vec * f.x.elem_size != 16) return false;
   if (addr(f.weight) % 16 != 0 || f.x.rows.nd > 1 || f.y.rows.nd > 1) return false;
   return rows_aligned(f.x, vec) && rows_aligned(f.y, vec);
 }

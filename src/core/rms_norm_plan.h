@@ -50,7 +50,7 @@ struct LeanRowFacts {
   AccessFacts x;
   AccessFacts y;
   const void* weight = nullptr;  ///< null: no weight
-  bool same_dtype = false;       ///< y and the weight in x's dtype
+  bool same_dtype = false;       ///< y and the weight (present) in x's dtype
   bool exact = false;            ///< Rounding::kExact
   bool fused = false;            ///< with a residual
   int64_t n = 0;                 ///< row width

@@ -90,6 +90,7 @@ std::string describe(const RmsNormCase& c) {
   if (c.storage_offset) os << " off=" << c.storage_offset;
   if (c.residual_offset >= 0) os << " res_off=" << c.residual_offset;
   if (c.y_offset >= 0) os << " y_off=" << c.y_offset;
+  if (c.y_pitch_pad >= 0) os << " y_pad=" << c.y_pitch_pad;
   if (c.batch) os << " batch=" << c.batch;
   if (c.in_place) os << " in-place";
   if (c.plan_rows) os << " planned-for=" << c.plan_rows;
@@ -120,8 +121,9 @@ RmsNormInputs make_inputs(const RmsNormCase& c) {
 RmsNormOutcome run_case(const RmsNormCase& c, const RmsNormInputs& in) {
   RmsNormOutcome out;
   const RowPlacement L{c.m, c.n, c.n + c.pitch_pad, c.storage_offset, c.batch};
-  const RowPlacement RL = L.at_offset(c.residual_offset);             // residual and residual_out
-  const RowPlacement YL = L.at_offset(c.in_place ? -1 : c.y_offset);  // y (x when in place)
+  const RowPlacement RL = L.at_offset(c.residual_offset);       // residual and residual_out
+  RowPlacement YL = L.at_offset(c.in_place ? -1 : c.y_offset);  // y (x when in place)
+  if (!c.in_place && c.y_pitch_pad >= 0) YL.pitch = c.n + c.y_pitch_pad;
   const DType y_dtype = c.in_place ? c.x_dtype : c.y_dtype;
 
   DeviceBuffer xb(place(in.x, L).size());

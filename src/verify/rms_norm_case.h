@@ -41,8 +41,9 @@ struct RmsNormCase {
   int64_t pitch_pad = 0;         ///< extra elements between rows (row stride n + pitch_pad)
   int64_t storage_offset = 0;    ///< elements before the first row in each buffer (misalignment)
   int64_t residual_offset = -1;  ///< elements before residual's first row (-1: storage_offset)
-  int64_t y_offset = -1;  ///< elements before y's first row (-1: storage_offset; out of place)
-  int64_t batch = 0;      ///< > 0: view x as [batch, m / batch, n] stored sequence-major
+  int64_t y_offset = -1;     ///< elements before y's first row (-1: storage_offset; out of place)
+  int64_t y_pitch_pad = -1;  ///< extra elements between y's rows (-1: pitch_pad; out of place)
+  int64_t batch = 0;         ///< > 0: view x as [batch, m / batch, n] stored sequence-major
   Fill fill = Fill::kNormal;
   uint64_t seed = 1;
   int64_t plan_rows = 0;  ///< > 0: the block-path split is planned for this many rows, not m

@@ -254,7 +254,10 @@ TEST(GpuRmsNorm, BatchInvariance) {
   for (bool fused : {false, true}) {
     for (int64_t n : {64, 4096, 4095, 8192, 65536}) {
       std::vector<std::vector<uint64_t>> first_rows;
-      // With 132 SMs: 1 row takes the block path's widest split, 255 and more the middle one.
+      // With 132 SMs: 1 row takes the block path's widest split, 255 and more the middle one
+      // (rows the lean kernel serves: 4096 columns take it at every M here, 1 to 528 rows at
+      // 512 x 1 and 4096 at 256 x 2; 8192 columns take it at M = 1 and the direct kernel at
+      // 255 and more).
       for (int64_t m : {1, 255, 256, 4096}) {
         if (n >= 65536 && m > 256) continue;
         RmsNormCase c;
@@ -297,8 +300,9 @@ TEST(GpuRmsNorm, BatchInvariance) {
 TEST(GpuRmsNorm, SplitInvariance) {
   ROPENORM_REQUIRE_GPU();
   const int64_t sms = cuda::device_sm_count();
-  // Both sets of split boundaries: rows that take the lean direct kernel (4096 and 2048
-  // columns at offsets 0 and 8 below, exact rounding) meet the direct kernel at the last.
+  // Both sets of split boundaries: rows that take the lean direct kernel (4096 columns at
+  // 16-byte aligned offsets and pitches below, exact rounding) meet the direct kernel at the
+  // last (128 x 4).
   const int64_t plan_rows[] = {1, sms + 1, core::kLeanFewRowsPerSm * sms + 1,
                                core::kMidRowsPerSm * sms + 1, core::kLeanMidRowsPerSm * sms + 1};
   struct Variant {
@@ -306,8 +310,10 @@ TEST(GpuRmsNorm, SplitInvariance) {
     DType x, y;
     bool fused, hf;
     int64_t offset;
-    int64_t y_offset = -1;  ///< -1: offset (the same element phase as x)
+    int64_t y_offset = -1;       ///< -1: offset (the same element phase as x)
     float weight_offset = 0.0f;  ///< with exact rounding (hf_llama variants take 1)
+    int64_t pitch_pad = 0;
+    int64_t y_pitch_pad = -1;  ///< -1: pitch_pad
   };
   const Variant variants[] = {
       {4096, DType::kBFloat16, DType::kBFloat16, false, false, 0},
@@ -315,7 +321,8 @@ TEST(GpuRmsNorm, SplitInvariance) {
       {8192, DType::kBFloat16, DType::kBFloat16, false, false, 3},
       {16384, DType::kBFloat16, DType::kBFloat16, false, false, 0},
       {4096, DType::kFloat32, DType::kFloat32, false, false, 0},
-      {2048, DType::kFloat16, DType::kFloat16, false, false, 8, -1, 1.0f},
+      {4096, DType::kFloat16, DType::kFloat16, false, false, 8, -1, 1.0f},
+      {4096, DType::kBFloat16, DType::kBFloat16, false, false, 0, -1, 0.0f, 8, 0},
       {5000, DType::kFloat16, DType::kFloat16, false, true, 1},
       {1000, DType::kBFloat16, DType::kFloat32, false, false, 1},
       {1000, DType::kBFloat16, DType::kFloat32, false, false, 1, 2},
@@ -333,6 +340,8 @@ TEST(GpuRmsNorm, SplitInvariance) {
     c.fused = v.fused;
     c.storage_offset = v.offset;
     c.y_offset = v.y_offset;
+    c.pitch_pad = v.pitch_pad;
+    c.y_pitch_pad = v.y_pitch_pad;
     c.params.rounding = v.hf ? Rounding::kHfLlama : Rounding::kExact;
     c.params.weight_offset = v.hf ? 1.0f : v.weight_offset;
     c.seed = seed++;

@@ -164,6 +164,10 @@ TEST(CpuRmsNormPlan, LeanRows) {
   }));
   EXPECT_FALSE(without([](LeanRowFacts& g) { g.y.data = g_buf + 16386; }));
   EXPECT_FALSE(without([](LeanRowFacts& g) { g.y.rows.nd = 2; }));
+  EXPECT_FALSE(without([](LeanRowFacts& g) { g.x.rows.nd = 2; }));
+  EXPECT_FALSE(without([](LeanRowFacts& g) { g.x.data = g_buf + 2; }));
+  EXPECT_FALSE(without([](LeanRowFacts& g) { g.y.rows = rows(4100); }));
+  EXPECT_FALSE(without([](LeanRowFacts& g) { g.y.elem_size = 4; }));
   EXPECT_TRUE(without([](LeanRowFacts& g) { g.x.rows = rows(4104); }));
   EXPECT_TRUE(without([](LeanRowFacts& g) { g.y.rows.nd = 0; }));
   // f32 rows: 4-element vectors.

@@ -57,7 +57,7 @@ Status run_rms_norm(const core::RmsNormCall& c, int64_t plan_rows, Stream stream
   lean.x = core::AccessFacts{a.x, xs, a.x_rows};
   lean.y = core::AccessFacts{a.y, static_cast<int>(dtype_size(c.y.dtype)), a.y_rows};
   lean.weight = a.weight;
-  lean.same_dtype = c.y.dtype == c.x.dtype && (!c.weight.defined() || c.weight.dtype == c.x.dtype);
+  lean.same_dtype = c.y.dtype == c.x.dtype && c.weight.defined() && c.weight.dtype == c.x.dtype;
   lean.exact = c.params.rounding == Rounding::kExact;
   lean.fused = c.fused;
   lean.n = a.n;
