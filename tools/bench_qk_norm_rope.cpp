@@ -18,6 +18,7 @@
 
 #include "bench_common.h"
 #include "bench_rope.h"
+#include "bench_rope_shared.h"
 #include "core/checks.h"
 #include "reference/host_float.h"
 #include "reference/rms_norm_ref.h"
@@ -112,41 +113,26 @@ void check_composition(const verify::QkNormRopeCase& qc, const verify::QkNormRop
 }  // namespace
 
 verify::QkNormRopeCase qk_norm_rope_bench_case(const BenchOptions& o, int64_t t, int64_t d,
-                                               DType dt, DType cache_dt, uint64_t seed) {
+                                               uint64_t seed) {
   verify::QkNormRopeCase qc;
-  verify::RopeCase& c = qc.rope;
-  c.seq = t;
-  c.hq = o.rope_hq;
-  c.hk = o.rope_hk;
-  c.head_dim = d;
-  c.style = RopeStyle::kNeox;
-  c.dtype = dt;
-  c.source = CosSinKind::kCache;
-  c.cs_dtype = cache_dt;
-  c.layout = verify::RopeLayout::kSeparate;
-  c.pos_kind = verify::RopePosKind::kI64;
-  c.table_rows = t;
-  c.seed = seed;
-  qc.w_dtype = dt;
+  qc.rope = standard_rope_case(t, o.rope_hq, o.rope_hk, d, RopeStyle::kNeox, seed);
+  qc.w_dtype = qc.rope.dtype;
   qc.eps = kEps;
   qc.with_rstd = true;
   return qc;
 }
 
 Status bench_qk_norm_rope(const BenchOptions& o, std::vector<ResultRow>* rows, std::ostream& log) {
-  const DType dt = DType::kBFloat16;
-  const DType cache_dt = DType::kFloat32;
   uint64_t seed = 9001;
   for (int64_t d : o.qk_ds) {
     for (int64_t t : o.rope_ts) {
-      const verify::QkNormRopeCase qc = qk_norm_rope_bench_case(o, t, d, dt, cache_dt, seed++);
+      const verify::QkNormRopeCase qc = qk_norm_rope_bench_case(o, t, d, seed++);
       const verify::RopeCase& c = qc.rope;
+      const DType dt = c.dtype;
       const auto in = verify::make_inputs(qc);
-      const int64_t elem = static_cast<int64_t>(dtype_size(dt));
-      const int64_t heads = c.hq + c.hk;
-      const int64_t bytes = 2 * t * heads * d * elem + t * d * 4 + t * 8 + t * heads * 4;
-      const std::vector<std::pair<std::string, int64_t>> shape = {
-          {"T", t}, {"Hq", c.hq}, {"Hk", c.hk}, {"D", d}};
+      // The rotation's bytes and the saved rstd (one float per head vector).
+      const int64_t bytes = rope_case_bytes(c) + t * (c.hq + c.hk) * 4;
+      const auto shape = rope_case_shape(c);
 
       // ropenorm: verified through the public API on poisoned outputs.
       ResultRow ours{"qk_norm_rope", "ropenorm", dtype_name(dt), shape};
@@ -177,21 +163,17 @@ Status bench_qk_norm_rope(const BenchOptions& o, std::vector<ResultRow>* rows, s
       b.pos.upload(in.rope.positions.data(), b.pos.size());
 
       const Device dev = Device::cuda(0);
-      const TensorRef q = TensorRef::contiguous(b.q.get(), dt, {t, c.hq, d}, dev);
-      const TensorRef k = TensorRef::contiguous(b.k.get(), dt, {t, c.hk, d}, dev);
-      const TensorRef q_out = TensorRef::contiguous(b.q_out.get(), dt, {t, c.hq, d}, dev);
-      const TensorRef k_out = TensorRef::contiguous(b.k_out.get(), dt, {t, c.hk, d}, dev);
+      const TensorRef q = rope_heads_view(c, b.q, c.hq), k = rope_heads_view(c, b.k, c.hk);
+      const TensorRef q_out = rope_heads_view(c, b.q_out, c.hq);
+      const TensorRef k_out = rope_heads_view(c, b.k_out, c.hk);
       const TensorRef wq = TensorRef::contiguous(b.wq.get(), dt, {d}, dev);
       const TensorRef wk = TensorRef::contiguous(b.wk.get(), dt, {d}, dev);
       const TensorRef q_rstd =
           TensorRef::contiguous(b.q_rstd.get(), DType::kFloat32, {t, c.hq}, dev);
       const TensorRef k_rstd =
           TensorRef::contiguous(b.k_rstd.get(), DType::kFloat32, {t, c.hk}, dev);
-      RopePositions pos;
-      pos.positions = TensorRef::contiguous(b.pos.get(), DType::kInt64, {t}, dev);
-      RopeCosSin cs;
-      cs.kind = CosSinKind::kCache;
-      cs.cache = TensorRef::contiguous(b.cache.get(), cache_dt, {c.table_rows, d}, dev);
+      const RopePositions pos = rope_case_positions(c, b.pos);
+      const RopeCosSin cs = rope_case_cache(c, b.cache);
       RopeParams rp;
       QkNormParams np;
       np.eps = kEps;

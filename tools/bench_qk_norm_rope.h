@@ -20,10 +20,10 @@ namespace ropenorm::bench {
 /// verification failure is recorded in the row (passed = false), not returned.
 Status bench_qk_norm_rope(const BenchOptions& o, std::vector<ResultRow>* rows, std::ostream& log);
 
-/// The case of one shape of the QK-norm + RoPE forward and backward rows: q [T, o.rope_hq, D] and
-/// k [T, o.rope_hk, D] of dtype dt in separate tensors, full rotary neox, cos/sin from a cache_dt
-/// cache of T rows, int64 positions, weights of dt, eps 1e-6, rstd saved.
+/// The case of one shape of the QK-norm + RoPE forward and backward rows: the main job's standard
+/// RoPE case (standard_rope_case: bf16 q [T, o.rope_hq, D] and k [T, o.rope_hk, D], neox, an f32
+/// cache of T rows, int64 positions) with weights in q's dtype, eps 1e-6, rstd saved.
 verify::QkNormRopeCase qk_norm_rope_bench_case(const BenchOptions& o, int64_t t, int64_t d,
-                                               DType dt, DType cache_dt, uint64_t seed);
+                                               uint64_t seed);
 
 }  // namespace ropenorm::bench

@@ -21,6 +21,7 @@
 #include "bench_common.h"
 #include "bench_qk_norm_rope.h"
 #include "bench_rope.h"
+#include "bench_rope_shared.h"
 #include "core/checks.h"
 #include "reference/host_float.h"
 #include "reference/qk_norm_rope_grad_ref.h"
@@ -144,13 +145,11 @@ struct Buffers {
 
 Status bench_qk_norm_rope_backward(const BenchOptions& o, std::vector<ResultRow>* rows,
                                    std::ostream& log) {
-  const DType dt = DType::kBFloat16;
-  const DType cache_dt = DType::kFloat32;
   const int64_t d = 128;
   uint64_t seed = 9101;
   for (int64_t t : {int64_t{1}, int64_t{1024}, int64_t{32768}}) {
     // The forward's case, and the backward of the same shape and parameters.
-    const verify::QkNormRopeCase fc = qk_norm_rope_bench_case(o, t, d, dt, cache_dt, seed++);
+    const verify::QkNormRopeCase fc = qk_norm_rope_bench_case(o, t, d, seed++);
     verify::QkNormRopeBackwardCase bc;
     bc.rope = fc.rope;
     bc.w_dtype = fc.w_dtype;
@@ -158,14 +157,15 @@ Status bench_qk_norm_rope_backward(const BenchOptions& o, std::vector<ResultRow>
     bc.with_rstd = true;
     bc.want_dw = true;
     const verify::RopeCase& c = bc.rope;
+    const DType dt = c.dtype;
     const auto in = verify::make_inputs(bc);
     const int64_t elem = static_cast<int64_t>(dtype_size(dt));
     const int64_t heads = c.hq + c.hk;
-    const int64_t side = t * d * 4 + t * 8 + t * heads * 4;  // cache rows, positions, rstd
-    const int64_t bwd_bytes = 3 * t * heads * d * elem + side;
-    const int64_t fwd_bytes = 2 * t * heads * d * elem + side;
-    const std::vector<std::pair<std::string, int64_t>> shape = {
-        {"T", t}, {"Hq", c.hq}, {"Hk", c.hk}, {"D", d}};
+    // The forward's bytes (a rotation's, and the saved rstd); the backward reads one more
+    // q- and k-sized tensor (dq', dk', q, k in; dq, dk out).
+    const int64_t fwd_bytes = rope_case_bytes(c) + t * heads * 4;
+    const int64_t bwd_bytes = fwd_bytes + t * heads * d * elem;
+    const auto shape = rope_case_shape(c);
 
     // ropenorm, verified through the public API on poisoned outputs.
     ResultRow ours{"qk_norm_rope_backward", "ropenorm", dtype_name(dt), shape};
@@ -224,7 +224,7 @@ Status bench_qk_norm_rope_backward(const BenchOptions& o, std::vector<ResultRow>
 
     const Device dev = Device::cuda(0);
     auto heads_view = [&](const DeviceBuffer& buf, int64_t nh) {
-      return TensorRef::contiguous(buf.get(), dt, {t, nh, d}, dev);
+      return rope_heads_view(c, buf, nh);
     };
     auto rows_view = [&](const DeviceBuffer& buf, int64_t nh) {
       return TensorRef::contiguous(buf.get(), dt, {t * nh, d}, dev);
@@ -250,11 +250,8 @@ Status bench_qk_norm_rope_backward(const BenchOptions& o, std::vector<ResultRow>
         TensorRef::contiguous(b.ws_rq.get(), DType::kFloat32, {static_cast<int64_t>(wrq / 4)}, dev);
     const TensorRef ws_rk =
         TensorRef::contiguous(b.ws_rk.get(), DType::kFloat32, {static_cast<int64_t>(wrk / 4)}, dev);
-    RopePositions pos;
-    pos.positions = TensorRef::contiguous(b.pos.get(), DType::kInt64, {t}, dev);
-    RopeCosSin cs;
-    cs.kind = CosSinKind::kCache;
-    cs.cache = TensorRef::contiguous(b.cache.get(), cache_dt, {c.table_rows, d}, dev);
+    const RopePositions pos = rope_case_positions(c, b.pos);
+    const RopeCosSin cs = rope_case_cache(c, b.cache);
     RopeParams rp;
     RopeParams rp_inv;
     rp_inv.inverse = true;

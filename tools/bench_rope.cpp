@@ -69,8 +69,8 @@ Status bench_rope(const BenchOptions& o, std::vector<ResultRow>* rows, std::ostr
           const TensorRef q = rope_heads_view(c, b.q, c.hq), k = rope_heads_view(c, b.k, c.hk);
           const TensorRef q_out = rope_heads_view(c, b.q_out, c.hq);
           const TensorRef k_out = rope_heads_view(c, b.k_out, c.hk);
-          const RopePositions pos = rope_case_positions(c, b);
-          const RopeCosSin cs = rope_case_cache(c, b);
+          const RopePositions pos = rope_case_positions(c, b.pos);
+          const RopeCosSin cs = rope_case_cache(c, b.cache);
           RopeParams p;
           p.style = style;
           const Launch ours_launch = [&](cudaStream_t st) {

@@ -85,15 +85,14 @@ Status bench_rope_backward(const BenchOptions& o, std::vector<ResultRow>* rows, 
     combine_errors(base_fwd_check, base_bwd, &base_fb);
 
     if (o.timing) {
-      auto heads_view = [&](const verify::DeviceBuffer& buf, int64_t nh) {
-        return rope_heads_view(cb, buf, nh);
-      };
-      const TensorRef q = heads_view(bf.q, cb.hq), k = heads_view(bf.k, cb.hk);
-      const TensorRef q_out = heads_view(bf.q_out, cb.hq), k_out = heads_view(bf.k_out, cb.hk);
-      const TensorRef gq = heads_view(bg.q, cb.hq), gk = heads_view(bg.k, cb.hk);
-      const TensorRef dq = heads_view(bg.q_out, cb.hq), dk = heads_view(bg.k_out, cb.hk);
-      const RopePositions pos = rope_case_positions(cb, bf);
-      const RopeCosSin cs = rope_case_cache(cb, bf);
+      const TensorRef q = rope_heads_view(cb, bf.q, cb.hq), k = rope_heads_view(cb, bf.k, cb.hk);
+      const TensorRef q_out = rope_heads_view(cb, bf.q_out, cb.hq),
+                      k_out = rope_heads_view(cb, bf.k_out, cb.hk);
+      const TensorRef gq = rope_heads_view(cb, bg.q, cb.hq), gk = rope_heads_view(cb, bg.k, cb.hk);
+      const TensorRef dq = rope_heads_view(cb, bg.q_out, cb.hq),
+                      dk = rope_heads_view(cb, bg.k_out, cb.hk);
+      const RopePositions pos = rope_case_positions(cb, bf.pos);
+      const RopeCosSin cs = rope_case_cache(cb, bf.cache);
       RopeParams pf;
       pf.style = style;
       RopeParams pb = pf;

@@ -57,17 +57,17 @@ TensorRef rope_heads_view(const RopeCase& c, const DeviceBuffer& buf, int64_t nh
   return TensorRef::contiguous(buf.get(), c.dtype, {c.tokens(), nh, c.head_dim}, Device::cuda(0));
 }
 
-RopePositions rope_case_positions(const RopeCase& c, const RopeShapeBuffers& b) {
-  RopePositions pos;
-  pos.positions = TensorRef::contiguous(b.pos.get(), DType::kInt64, {c.tokens()}, Device::cuda(0));
-  return pos;
+RopePositions rope_case_positions(const RopeCase& c, const DeviceBuffer& pos) {
+  RopePositions p;
+  p.positions = TensorRef::contiguous(pos.get(), DType::kInt64, {c.tokens()}, Device::cuda(0));
+  return p;
 }
 
-RopeCosSin rope_case_cache(const RopeCase& c, const RopeShapeBuffers& b) {
+RopeCosSin rope_case_cache(const RopeCase& c, const DeviceBuffer& cache) {
   RopeCosSin cs;
   cs.kind = CosSinKind::kCache;
   cs.cache =
-      TensorRef::contiguous(b.cache.get(), c.cs_dtype, {c.table_rows, c.head_dim}, Device::cuda(0));
+      TensorRef::contiguous(cache.get(), c.cs_dtype, {c.table_rows, c.head_dim}, Device::cuda(0));
   return cs;
 }
 

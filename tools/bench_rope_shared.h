@@ -48,10 +48,10 @@ RopeShapeBuffers upload_rope_shape(const verify::RopeCase& c, const verify::Rope
 /// The [T, nh, D] view of one of the buffers (in the case's dtype) on device 0.
 TensorRef rope_heads_view(const verify::RopeCase& c, const verify::DeviceBuffer& buf, int64_t nh);
 
-/// The positions (int64 [T]) and the cos/sin cache ([table_rows, D]) of the buffers, as the
-/// public rope call takes them.
-RopePositions rope_case_positions(const verify::RopeCase& c, const RopeShapeBuffers& b);
-RopeCosSin rope_case_cache(const verify::RopeCase& c, const RopeShapeBuffers& b);
+/// The case's positions (int64 [T] in pos) and cos/sin cache ([table_rows, D] in cache), as
+/// the public rope-family calls take them.
+RopePositions rope_case_positions(const verify::RopeCase& c, const verify::DeviceBuffer& pos);
+RopeCosSin rope_case_cache(const verify::RopeCase& c, const verify::DeviceBuffer& cache);
 
 /// The baseline's view of the buffers (reading q, k; writing q_out, k_out).
 RopeBaselineBuffers rope_baseline_view(const verify::RopeCase& c, const RopeShapeBuffers& b);
