@@ -48,14 +48,14 @@ Status run_rms_norm(const core::RmsNormCall& c, int64_t plan_rows, Stream stream
 
   const int xs = static_cast<int>(dtype_size(c.x.dtype));
   const int rs = c.fused ? static_cast<int>(dtype_size(c.residual.dtype)) : 1;
-  const int vec = core::rms_norm_vector_width(
-      core::AccessFacts{a.x, xs, a.x_rows},
-      {core::AccessFacts{a.y, static_cast<int>(dtype_size(c.y.dtype)), a.y_rows},
-       core::AccessFacts{a.residual, rs, a.r_rows},
-       core::AccessFacts{a.residual_out, rs, a.ro_rows}});
+  const core::AccessFacts x_f{a.x, xs, a.x_rows};
+  const core::AccessFacts y_f{a.y, static_cast<int>(dtype_size(c.y.dtype)), a.y_rows};
+  const int vec =
+      core::rms_norm_vector_width(x_f, {y_f, core::AccessFacts{a.residual, rs, a.r_rows},
+                                        core::AccessFacts{a.residual_out, rs, a.ro_rows}});
   core::LeanRowFacts lean;
-  lean.x = core::AccessFacts{a.x, xs, a.x_rows};
-  lean.y = core::AccessFacts{a.y, static_cast<int>(dtype_size(c.y.dtype)), a.y_rows};
+  lean.x = x_f;
+  lean.y = y_f;
   lean.weight = a.weight;
   lean.same_dtype = c.y.dtype == c.x.dtype && c.weight.defined() && c.weight.dtype == c.x.dtype;
   lean.exact = c.params.rounding == Rounding::kExact;
