@@ -121,9 +121,10 @@ RmsNormInputs make_inputs(const RmsNormCase& c) {
 RmsNormOutcome run_case(const RmsNormCase& c, const RmsNormInputs& in) {
   RmsNormOutcome out;
   const RowPlacement L{c.m, c.n, c.n + c.pitch_pad, c.storage_offset, c.batch};
-  const RowPlacement RL = L.at_offset(c.residual_offset);       // residual and residual_out
-  RowPlacement YL = L.at_offset(c.in_place ? -1 : c.y_offset);  // y (x when in place)
-  if (!c.in_place && c.y_pitch_pad >= 0) YL.pitch = c.n + c.y_pitch_pad;
+  const RowPlacement RL = L.at_offset(c.residual_offset);  // residual and residual_out
+  // y (x when in place).
+  const int64_t y_pitch = c.y_pitch_pad < 0 ? -1 : c.n + c.y_pitch_pad;
+  const RowPlacement YL = c.in_place ? L : L.at_offset(c.y_offset).with_pitch(y_pitch);
   const DType y_dtype = c.in_place ? c.x_dtype : c.y_dtype;
 
   DeviceBuffer xb(place(in.x, L).size());

@@ -31,6 +31,12 @@ struct RowPlacement {
     if (elements >= 0) p.offset = elements;
     return p;
   }
+  /// The same rows `pitch` elements apart instead (pitch < 0: this placement).
+  RowPlacement with_pitch(int64_t pitch) const {
+    RowPlacement p = *this;
+    if (pitch >= 0) p.pitch = pitch;
+    return p;
+  }
   TensorRef view(void* base, DType dt) const {
     void* p = static_cast<unsigned char*>(base) + offset * static_cast<int64_t>(dtype_size(dt));
     if (batch > 0) {
