@@ -13,10 +13,8 @@
 //        bench/experiments/rope_decode.cu build/libropenorm.a -o rope_decode
 #include <cuda_runtime.h>
 
-#include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <cstring>
 #include <random>
 #include <vector>
 
@@ -24,7 +22,9 @@
 #include "cuda/common/pdl.cuh"
 #include "cuda/rope/rope_math.cuh"
 #include "experiment_timing.cuh"
+#include "reference/host_float.h"
 #include "ropenorm/rope.h"
+#include "ropenorm/rope_cache.h"
 
 using namespace ropenorm;
 using namespace ropenorm::cuda;
@@ -85,21 +85,12 @@ int main() {
   std::mt19937_64 rng(20261202);
   std::uniform_real_distribution<float> ud(-2.0f, 2.0f);
   std::vector<uint16_t> hq(qn), hk(kn);
-  auto to_bf16 = [](float f) {
-    uint32_t u;
-    std::memcpy(&u, &f, 4);
-    return static_cast<uint16_t>((u + 0x7fff + ((u >> 16) & 1)) >> 16);
-  };
-  for (auto& v : hq) v = to_bf16(ud(rng));
-  for (auto& v : hk) v = to_bf16(ud(rng));
+  for (auto& v : hq) v = ref::double_to_bf16_bits(ud(rng));
+  for (auto& v : hk) v = ref::double_to_bf16_bits(ud(rng));
   std::vector<float> hc(table * kD);
-  for (int64_t p = 0; p < table; ++p) {
-    for (int i = 0; i < kHalf; ++i) {
-      const double a = static_cast<double>(p) * std::pow(10000.0, -2.0 * i / kD);
-      hc[p * kD + i] = static_cast<float>(std::cos(a));
-      hc[p * kD + kHalf + i] = static_cast<float>(std::sin(a));
-    }
-  }
+  RopeConfig rc;
+  rc.rotary_dim = kD;
+  check(build_rope_cache(rc, table, DType::kFloat32, hc.data()), "cache");
   std::vector<int64_t> hp(max_t);
   for (auto& v : hp) v = static_cast<int64_t>(rng() % table);
 
