@@ -55,6 +55,8 @@
 //  - rms: the lane's 16 squares in a fixed order, then a butterfly over the bx lanes (every lane
 //    gets the same bits). Lane 0 stores r.
 // Each lane writes exactly the channels it read, after the whole head was read.
+// Every kernel here waits for the previous kernel on the stream (programmatic dependent launch)
+// before its first global memory access, then at once lets the next kernel begin launching.
 #pragma once
 
 #include <cstdint>
@@ -112,6 +114,7 @@ template <typename T, int KS>
 __global__ void __launch_bounds__(kQkScalarMaxThreads)
     qk_norm_rope_kernel(const QkNormRopeArgs args) {
   griddep_wait();
+  griddep_launch_dependents();
   const RopeKernelArgs& a = args.rope;
   const int g = args.group;
   const int lane = threadIdx.x & 31;
@@ -299,6 +302,7 @@ __global__ void __launch_bounds__(kQkVecThreads, kMinBlocks)
   const int tpb = blockDim.x / (g * ng);
 
   griddep_wait();
+  griddep_launch_dependents();
   float wq[E], wk[E];  // element loads: the weights need no alignment
 #pragma unroll
   for (int i = 0; i < E; ++i) {
@@ -410,6 +414,7 @@ __global__ void __launch_bounds__(core::kRopeBlockThreads, kMinBlocks)
   const int hstep = rope_head_step<KH>();
   const int hfirst = rope_first_head<KH>();
   griddep_wait();
+  griddep_launch_dependents();
   const int64_t t0 = static_cast<int64_t>(blockIdx.x) * blockDim.z + threadIdx.z;
   if constexpr (kSingle) {
     if (t0 < a.tokens) qk_pair_token<T, V, KH, kGptj, true>(args, t0, hfirst, hstep, mask);

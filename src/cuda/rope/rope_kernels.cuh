@@ -26,7 +26,8 @@
 // Vector width V > 1 is used only when the launcher checked that every base and stride is
 // aligned for it; V = 1 is the scalar path (any alignment, e.g. a storage offset of 1 element).
 // The kernel is launched with programmatic dependent launch: it waits for the previous kernel
-// on the stream before its first global memory access.
+// on the stream before its first global memory access, then at once lets the next kernel begin
+// launching (that one waits in its own griddep_wait for this one to finish).
 #pragma once
 
 #include <cstdint>
@@ -365,6 +366,7 @@ __global__ void __launch_bounds__(core::kRopeBlockThreads, kMinBlocks)
   const int hstep = rope_head_step<KH>();
   const int hfirst = rope_first_head<KH>();
   griddep_wait();
+  griddep_launch_dependents();
   if constexpr (kSingle) {
     const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.z + threadIdx.z;
     if (t >= a.tokens) return;
