@@ -1,16 +1,18 @@
-// RoPE decode experiment (H200): is the single-token time set by the kernel's code size?
-// The library's rope (bf16 q [T, 32, 128] and k [T, 8, 128], neox, f32 cos/sin cache of P rows,
-// random int64 positions, out of place) against a lean kernel for exactly that case: one block
-// per token, thread (x, y) owns pair vector x (8 pairs: channels 8x .. 8x+7 and 64 + 8x ..) of
-// head y (q heads, then k heads); the same rotation (rope_rotate_pair, Kahan's difference of
-// products) and the same rounding, so the same bits. CUDA-graph replay medians at T = 1, 8, 64,
-// and the registers and SASS size of each kernel (the library's: every rope kernel instance;
-// printed by cuobjdump in the run script, not here). Question: the library's RoPE kernels are
-// 840-2272 instructions, the lean one ~10x fewer; the RMSNorm forward's lean kernel (408 against
-// 1896 instructions, same loads) was 0.37 us faster at M = 1. Does a lean decode kernel take RoPE
-// T = 1 from 2.16 us toward the 1.5 us goal? Not part of the build:
+// Decode experiment (H200): what sets the single-token time of RoPE and QK-norm + RoPE?
+// The library's rope and qk_norm_rope (bf16 q [T, 32, 128] and k [T, 8, 128], neox, f32 cos/sin
+// cache of P rows, random int64 positions, out of place, no rstd saved) against lean kernels for
+// exactly that case: one block per token, thread (x, y) owns pair vector x (8 pairs: channels
+// 8x .. 8x + 7 and 64 + 8x ..) of head y (q heads, then k heads); the same rotation
+// (rope_rotate_pair), the same per-lane sum order and butterfly (QK: 16 squares, then xor 4, 2,
+// 1 over the head's 8 lanes) and the same rounding, so the same bits. Each lean kernel runs with
+// and without griddep_launch_dependents() right after its griddep_wait(): with it the next
+// launch of a graph starts while this one runs (the library's RMSNorm kernels have always done
+// this; its RoPE and QK kernels do since this experiment). The library itself runs its own lean
+// kernels up to core::kRopeLeanMaxTokens tokens (rope_lean_kernel, qk_norm_rope_lean_kernel)
+// and its general kernels above, so the rows above that bound ask whether the bound should
+// rise. Graph-replay medians for T <= 256, cold-L2 event medians above. Not part of the build:
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90,code=sm_90 -Iinclude -Isrc \
-//        bench/experiments/rope_decode.cu build/libropenorm.a -o rope_decode
+//        bench/experiments/decode.cu build/libropenorm.a -o decode
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -20,9 +22,11 @@
 
 #include "cuda/common/dtype.cuh"
 #include "cuda/common/pdl.cuh"
+#include "cuda/rms_norm/rms_norm_math.cuh"
 #include "cuda/rope/rope_math.cuh"
 #include "experiment_timing.cuh"
 #include "reference/host_float.h"
+#include "ropenorm/qk_norm_rope.h"
 #include "ropenorm/rope.h"
 #include "ropenorm/rope_cache.h"
 
@@ -32,30 +36,55 @@ using namespace ropenorm::cuda;
 namespace {
 
 constexpr int kD = 128, kHalf = kD / 2, kV = 8, kLanes = kHalf / kV, kHq = 32, kHk = 8;
+constexpr float kEps = 1e-6f;
 
-// Block (kLanes, kHq + kHk), one token per block (grid x = T).
-__global__ void __launch_bounds__(kLanes*(kHq + kHk))
-    lean_rope_kernel(const bf16* q, const bf16* k, bf16* q_out, bf16* k_out, const float* cache,
-                     const int64_t* pos) {
+struct LeanArgs {
+  const bf16* q;
+  const bf16* k;
+  bf16* q_out;
+  bf16* k_out;
+  const float* cache;
+  const int64_t* pos;
+  const bf16* wq;  // QK only
+  const bf16* wk;
+};
+
+// Block (kLanes, kHq + kHk), one token per block (grid x = T). kNorm: QK-norm + RoPE.
+template <bool kNorm, bool kTrigger>
+__global__ void __launch_bounds__(kLanes*(kHq + kHk)) lean_kernel(const LeanArgs a) {
   const int64_t t = blockIdx.x;
   const int j = threadIdx.x, h = threadIdx.y;
   const bool is_q = h < kHq;
   const int64_t head_off = (is_q ? t * kHq + h : t * kHk + (h - kHq)) * kD;
-  const bf16* src = (is_q ? q : k) + head_off;
-  bf16* dst = (is_q ? q_out : k_out) + head_off;
+  const bf16* src = (is_q ? a.q : a.k) + head_off;
+  bf16* dst = (is_q ? a.q_out : a.k_out) + head_off;
   griddep_wait();
-  griddep_launch_dependents();
+  if constexpr (kTrigger) griddep_launch_dependents();
   float x0[kV], x1[kV], c[kV], s[kV];
   load_pack<bf16, kV>(src + j * kV, x0);
   load_pack<bf16, kV>(src + kHalf + j * kV, x1);
-  const int64_t p = pos[t];
-  const float* row = cache + p * kD;
+  const int64_t p = a.pos[t];
+  load_pack<float, kV>(a.cache + p * kD + j * kV, c);
+  load_pack<float, kV>(a.cache + p * kD + kHalf + j * kV, s);
+  if constexpr (kNorm) {
+    float ss = 0.0f;
 #pragma unroll
-  for (int i = 0; i < kV; i += 4) {
-    const float4 cv = *reinterpret_cast<const float4*>(row + j * kV + i);
-    const float4 sv = *reinterpret_cast<const float4*>(row + kHalf + j * kV + i);
-    c[i] = cv.x, c[i + 1] = cv.y, c[i + 2] = cv.z, c[i + 3] = cv.w;
-    s[i] = sv.x, s[i + 1] = sv.y, s[i + 2] = sv.z, s[i + 3] = sv.w;
+    for (int i = 0; i < kV; ++i) ss = __fmaf_rn(x0[i], x0[i], ss);
+#pragma unroll
+    for (int i = 0; i < kV; ++i) ss = __fmaf_rn(x1[i], x1[i], ss);
+    const int lane = (threadIdx.y * kLanes + threadIdx.x) & 31;
+    const unsigned mask = ((1u << kLanes) - 1u) << (lane & ~(kLanes - 1));
+    for (int off = kLanes >> 1; off > 0; off >>= 1) ss += __shfl_xor_sync(mask, ss, off);
+    const float r = rms_rstd(ss, kD, kEps);
+    float w0[kV], w1[kV];
+    const bf16* w = is_q ? a.wq : a.wk;
+    load_pack<bf16, kV>(w + j * kV, w0);
+    load_pack<bf16, kV>(w + kHalf + j * kV, w1);
+#pragma unroll
+    for (int i = 0; i < kV; ++i) {
+      x0[i] = rms_apply_exact(x0[i], r, w0[i]);
+      x1[i] = rms_apply_exact(x1[i], r, w1[i]);
+    }
   }
   float y0[kV], y1[kV];
 #pragma unroll
@@ -77,16 +106,23 @@ void check(const Status& st, const char* what) {
   }
 }
 
+template <typename F>
+float time_at(int64_t t, F f) {
+  if (t <= 256) return time_graph(f);
+  return time_med([&] { f(nullptr); }, true);
+}
+
 }  // namespace
 
 int main() {
-  const int64_t max_t = 64, table = 4096;
+  const int64_t max_t = 4096, table = 4096;
   const size_t qn = max_t * kHq * kD, kn = max_t * kHk * kD;
   std::mt19937_64 rng(20261202);
   std::uniform_real_distribution<float> ud(-2.0f, 2.0f);
-  std::vector<uint16_t> hq(qn), hk(kn);
+  std::vector<uint16_t> hq(qn), hk(kn), hw(2 * kD);
   for (auto& v : hq) v = ref::double_to_bf16_bits(ud(rng));
   for (auto& v : hk) v = ref::double_to_bf16_bits(ud(rng));
+  for (auto& v : hw) v = ref::double_to_bf16_bits(ud(rng));
   std::vector<float> hc(table * kD);
   RopeConfig rc;
   rc.rotary_dim = kD;
@@ -94,7 +130,7 @@ int main() {
   std::vector<int64_t> hp(max_t);
   for (auto& v : hp) v = static_cast<int64_t>(rng() % table);
 
-  bf16 *q, *k, *qo, *ko, *qo2, *ko2;
+  bf16 *q, *k, *qo, *ko, *qo2, *ko2, *w;
   float* cache;
   int64_t* pos;
   CK(cudaMalloc(&q, qn * 2));
@@ -103,53 +139,80 @@ int main() {
   CK(cudaMalloc(&ko, kn * 2));
   CK(cudaMalloc(&qo2, qn * 2));
   CK(cudaMalloc(&ko2, kn * 2));
+  CK(cudaMalloc(&w, 2 * kD * 2));
   CK(cudaMalloc(&cache, hc.size() * 4));
   CK(cudaMalloc(&pos, max_t * 8));
   CK(cudaMemcpy(q, hq.data(), qn * 2, cudaMemcpyHostToDevice));
   CK(cudaMemcpy(k, hk.data(), kn * 2, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(w, hw.data(), 2 * kD * 2, cudaMemcpyHostToDevice));
   CK(cudaMemcpy(cache, hc.data(), hc.size() * 4, cudaMemcpyHostToDevice));
   CK(cudaMemcpy(pos, hp.data(), max_t * 8, cudaMemcpyHostToDevice));
+  const LeanArgs la{q, k, qo2, ko2, cache, pos, w, w + kD};
 
-  std::printf("lean_rope_kernel: %d registers\n",
-              regs_of(reinterpret_cast<const void*>(lean_rope_kernel)));
-  for (int64_t t : {int64_t{1}, int64_t{8}, int64_t{64}}) {
-    const Device dev = Device::cuda(0);
-    const TensorRef tq = TensorRef::contiguous(q, DType::kBFloat16, {t, kHq, kD}, dev);
-    const TensorRef tk = TensorRef::contiguous(k, DType::kBFloat16, {t, kHk, kD}, dev);
-    const TensorRef tqo = TensorRef::contiguous(qo, DType::kBFloat16, {t, kHq, kD}, dev);
-    const TensorRef tko = TensorRef::contiguous(ko, DType::kBFloat16, {t, kHk, kD}, dev);
-    RopePositions rp;
-    rp.positions = TensorRef::contiguous(pos, DType::kInt64, {t}, dev);
-    RopeCosSin cs;
-    cs.kind = CosSinKind::kCache;
-    cs.cache = TensorRef::contiguous(cache, DType::kFloat32, {table, kD}, dev);
-    RopeParams prm;
-    prm.style = RopeStyle::kNeox;
-    auto lib = [&](cudaStream_t st) { check(rope(tq, tk, tqo, tko, rp, cs, prm, st), "rope"); };
-    auto lean = [&](cudaStream_t st) {
-      CK(launch_with_pdl(lean_rope_kernel, dim3(static_cast<unsigned>(t)), dim3(kLanes, kHq + kHk),
-                         0, st, q, k, qo2, ko2, cache, pos));
-    };
-    CK(cudaMemset(qo, 0xff, qn * 2));
-    CK(cudaMemset(qo2, 0xff, qn * 2));
-    CK(cudaMemset(ko, 0xff, kn * 2));
-    CK(cudaMemset(ko2, 0xff, kn * 2));
-    lib(nullptr);
-    lean(nullptr);
-    CK(cudaDeviceSynchronize());
-    std::vector<uint16_t> a(qn + kn), b(qn + kn);
-    CK(cudaMemcpy(a.data(), qo, t * kHq * kD * 2, cudaMemcpyDeviceToHost));
-    CK(cudaMemcpy(a.data() + qn, ko, t * kHk * kD * 2, cudaMemcpyDeviceToHost));
-    CK(cudaMemcpy(b.data(), qo2, t * kHq * kD * 2, cudaMemcpyDeviceToHost));
-    CK(cudaMemcpy(b.data() + qn, ko2, t * kHk * kD * 2, cudaMemcpyDeviceToHost));
-    size_t differ = 0;
-    for (int64_t i = 0; i < t * kHq * kD; ++i) differ += a[i] != b[i];
-    for (int64_t i = 0; i < t * kHk * kD; ++i) differ += a[qn + i] != b[qn + i];
-    const float t_lib = time_graph(lib);
-    const float t_lean = time_graph(lean);
-    std::printf("T=%3lld graph: library %6.2f us | lean %6.2f us | %zu of %lld elements differ\n",
-                static_cast<long long>(t), t_lib, t_lean, differ,
-                static_cast<long long>(t * (kHq + kHk) * kD));
+  std::printf("lean kernel registers: rope %d, qk %d\n",
+              regs_of(reinterpret_cast<const void*>(lean_kernel<false, true>)),
+              regs_of(reinterpret_cast<const void*>(lean_kernel<true, true>)));
+  std::printf("copy bandwidth %.1f GB/s\n", copy_bandwidth_gbps(size_t{1} << 30));
+  for (bool norm : {false, true}) {
+    for (int64_t t :
+         {int64_t{1}, int64_t{8}, int64_t{64}, int64_t{256}, int64_t{1024}, int64_t{4096}}) {
+      const Device dev = Device::cuda(0);
+      const TensorRef tq = TensorRef::contiguous(q, DType::kBFloat16, {t, kHq, kD}, dev);
+      const TensorRef tk = TensorRef::contiguous(k, DType::kBFloat16, {t, kHk, kD}, dev);
+      const TensorRef tqo = TensorRef::contiguous(qo, DType::kBFloat16, {t, kHq, kD}, dev);
+      const TensorRef tko = TensorRef::contiguous(ko, DType::kBFloat16, {t, kHk, kD}, dev);
+      const TensorRef twq = TensorRef::contiguous(w, DType::kBFloat16, {kD}, dev);
+      const TensorRef twk = TensorRef::contiguous(w + kD, DType::kBFloat16, {kD}, dev);
+      RopePositions rp;
+      rp.positions = TensorRef::contiguous(pos, DType::kInt64, {t}, dev);
+      RopeCosSin cs;
+      cs.kind = CosSinKind::kCache;
+      cs.cache = TensorRef::contiguous(cache, DType::kFloat32, {table, kD}, dev);
+      RopeParams prm;
+      prm.style = RopeStyle::kNeox;
+      QkNormParams np;
+      np.eps = kEps;
+      auto lib = [&](cudaStream_t st) {
+        if (norm) {
+          check(qk_norm_rope(tq, tk, twq, twk, tqo, tko, TensorRef(), TensorRef(), rp, cs, prm, np,
+                             st),
+                "qk_norm_rope");
+        } else {
+          check(rope(tq, tk, tqo, tko, rp, cs, prm, st), "rope");
+        }
+      };
+      auto lean = [&](bool trigger) {
+        return [&, trigger](cudaStream_t st) {
+          const auto kern = norm ? (trigger ? lean_kernel<true, true> : lean_kernel<true, false>)
+                                 : (trigger ? lean_kernel<false, true> : lean_kernel<false, false>);
+          CK(launch_with_pdl(kern, dim3(static_cast<unsigned>(t)), dim3(kLanes, kHq + kHk), 0, st,
+                             la));
+        };
+      };
+      CK(cudaMemset(qo, 0xff, qn * 2));
+      CK(cudaMemset(qo2, 0xff, qn * 2));
+      CK(cudaMemset(ko, 0xff, kn * 2));
+      CK(cudaMemset(ko2, 0xff, kn * 2));
+      lib(nullptr);
+      lean(true)(nullptr);
+      CK(cudaDeviceSynchronize());
+      std::vector<uint16_t> a(qn + kn), b(qn + kn);
+      CK(cudaMemcpy(a.data(), qo, t * kHq * kD * 2, cudaMemcpyDeviceToHost));
+      CK(cudaMemcpy(a.data() + qn, ko, t * kHk * kD * 2, cudaMemcpyDeviceToHost));
+      CK(cudaMemcpy(b.data(), qo2, t * kHq * kD * 2, cudaMemcpyDeviceToHost));
+      CK(cudaMemcpy(b.data() + qn, ko2, t * kHk * kD * 2, cudaMemcpyDeviceToHost));
+      size_t differ = 0;
+      for (int64_t i = 0; i < t * kHq * kD; ++i) differ += a[i] != b[i];
+      for (int64_t i = 0; i < t * kHk * kD; ++i) differ += a[qn + i] != b[qn + i];
+      const float t_lib = time_at(t, lib);
+      const float t_lean = time_at(t, lean(true));
+      const float t_lean_nt = time_at(t, lean(false));
+      std::printf(
+          "%-12s T=%5lld %s: library %7.2f us | lean %7.2f us | lean, no early trigger %7.2f us "
+          "| %zu of %lld elements differ\n",
+          norm ? "qk_norm_rope" : "rope", static_cast<long long>(t), t <= 256 ? "graph" : "cold ",
+          t_lib, t_lean, t_lean_nt, differ, static_cast<long long>(t * (kHq + kHk) * kD));
+    }
   }
   return 0;
 }

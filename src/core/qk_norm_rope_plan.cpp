@@ -5,6 +5,8 @@
 
 namespace ropenorm::core {
 
+static_assert(kQkVecChannels == kRopeLeanVec, "the lean launch moves the pair kernel's vectors");
+
 namespace {
 
 bool power_of_two_upto_32(int64_t v) { return v >= 1 && v <= 32 && (v & (v - 1)) == 0; }
@@ -17,6 +19,19 @@ QkNormRopePlan plan_qk_norm_rope(const QkNormRopeFacts& f) {
   const int64_t half = f.rotary_dim / 2;
   if (vec16 && f.rotary_dim == f.head_dim && half % kQkVecChannels == 0 &&
       power_of_two_upto_32(half / kQkVecChannels) && f.weights_aligned16) {
+    RopeLeanFacts lf;
+    lf.elem_size = f.elem_size;
+    lf.vec = f.access_width;
+    lf.cos_sin_loaded = f.cos_sin_loaded;
+    lf.tokens = f.tokens;
+    lf.heads = f.heads;
+    lf.half = half;
+    lf.head_dim = f.head_dim;
+    if (rope_lean(lf)) {
+      p.kernel = QkKernel::kLean;
+      p.rope = plan_rope_lean(f.tokens, f.heads, half);
+      return p;
+    }
     p.kernel = QkKernel::kPair;
     p.rope = plan_rope(f.tokens, f.heads, half, kQkVecChannels);
     return p;

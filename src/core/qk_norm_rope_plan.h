@@ -27,12 +27,14 @@ struct QkNormRopeFacts {
   int access_width = 1;            ///< widest vector every q/k/out/cos-sin operand allows (rope)
   bool weights_aligned16 = false;  ///< wq and wk both 16-byte aligned
   int64_t tokens = 0;
-  int64_t heads = 0;       ///< Hq + Hk
-  int64_t head_dim = 0;    ///< D
-  int64_t rotary_dim = 0;  ///< R
+  int64_t heads = 0;            ///< Hq + Hk
+  int64_t head_dim = 0;         ///< D
+  int64_t rotary_dim = 0;       ///< R
+  bool cos_sin_loaded = false;  ///< cos/sin read from a table (not computed from inv_freq)
 };
 
 enum class QkKernel {
+  kLean,    ///< short runs: the lean RoPE launch (one block per token, a head per thread row)
   kPair,    ///< the RoPE kernel's layout plus the norm (16-bit, 16-byte accesses, R = D)
   kVector,  ///< 8 contiguous channels per lane, the NeoX partner by shuffle (16-bit)
   kScalar,  ///< any even D and alignment: a pair per lane slot, scalar accesses
@@ -41,7 +43,7 @@ enum class QkKernel {
 /// Kernel and launch shape.
 struct QkNormRopePlan {
   QkKernel kernel = QkKernel::kScalar;
-  RopePlan rope;             ///< kPair: block (bx, by, bz), grid, single-round
+  RopePlan rope;             ///< kLean / kPair: block (bx, by, bz), grid, single-round
   int group = 1;             ///< kVector / kScalar: lanes per head vector (a power of two <= 32)
   int groups_per_token = 1;  ///< kVector: lane groups serving one token
   int slots_per_lane = 1;    ///< kScalar: KS in {1, 2, 4, 8}
@@ -49,7 +51,9 @@ struct QkNormRopePlan {
   int64_t grid = 1;          ///< kVector / kScalar: blocks (each loops over its tokens)
 };
 
-/// The first kernel that applies, in the order pair, vector, scalar:
+/// The first kernel that applies, in the order lean, pair, vector, scalar:
+///  - lean: what pair needs, cos/sin loaded and rope_lean's token and thread bounds (the norm's
+///    butterfly runs over the h / 8 lanes of a thread row); shape from plan_rope_lean;
 ///  - pair: 16-bit q/k, access width 8, R = D, h / 8 a power of two <= 32, both weights 16-byte
 ///    aligned; shape from plan_rope(T, heads, h, 8);
 ///  - vector: 16-bit q/k, access width 8, D / 8 a power of two <= 32; groups of

@@ -61,4 +61,24 @@ RopePlan plan_rope(int64_t tokens, int64_t heads, int64_t half, int vec) {
   return p;
 }
 
+bool rope_lean(const RopeLeanFacts& f) {
+  if (f.elem_size != 2 || f.vec != kRopeLeanVec || !f.cos_sin_loaded) return false;
+  if (2 * f.half != f.head_dim || f.half % kRopeLeanVec != 0) return false;
+  if (f.tokens < 1 || f.tokens > kRopeLeanMaxTokens || f.heads < 1) return false;
+  return (f.half / kRopeLeanVec) * f.heads <= kRopeLeanMaxThreads;
+}
+
+RopePlan plan_rope_lean(int64_t tokens, int64_t heads, int64_t half) {
+  RopePlan p;
+  p.vec = kRopeLeanVec;
+  p.bx = static_cast<int>(half / kRopeLeanVec);
+  p.by = static_cast<int>(heads);
+  p.bz = 1;
+  p.grid = tokens;
+  p.head_groups = 1;
+  p.single = true;
+  p.lean = true;
+  return p;
+}
+
 }  // namespace ropenorm::core

@@ -45,6 +45,9 @@ struct RopePlan {
   /// single-round kernel at the register budget of kRopeLongRunMinBlocks blocks per
   /// multiprocessor (more warps in flight). The QK-norm + RoPE kernels do not use it.
   bool long_run = false;
+  /// The lean short-run kernel (rope_lean / plan_rope_lean): one block per token, thread
+  /// (x, y) owns pair vector x of head y, no loops, no pass-through channels.
+  bool lean = false;
 };
 
 /// Threads per block the planner aims for.
@@ -65,5 +68,32 @@ constexpr int64_t kRopeMaxHeadGroups = 65535;
 
 /// Plan for T tokens with `heads` = Hq + Hk heads, rotary half h and vector width vec.
 RopePlan plan_rope(int64_t tokens, int64_t heads, int64_t half, int vec);
+
+/// Most tokens a lean launch serves (decode steps and short runs).
+constexpr int64_t kRopeLeanMaxTokens = 64;
+/// Pairs per thread of the lean kernel: one 16-byte vector of a 16-bit q/k per half.
+constexpr int kRopeLeanVec = 8;
+/// Threads per lean block at most: h / kRopeLeanVec pair vectors times Hq + Hk heads.
+constexpr int kRopeLeanMaxThreads = 1024;
+
+/// What the lean rule needs to know about a validated call.
+struct RopeLeanFacts {
+  int elem_size = 2;            ///< bytes per q/k element
+  int vec = 1;                  ///< rope_vector_width of the call's operands
+  bool cos_sin_loaded = false;  ///< cos/sin read from a table (cache, HF table or gathered)
+  int64_t tokens = 0;
+  int64_t heads = 0;  ///< Hq + Hk
+  int64_t half = 0;   ///< h = R / 2
+  int64_t head_dim = 0;
+};
+
+/// The lean kernel serves the call: 16-bit q/k at vector width kRopeLeanVec, R = D (no
+/// pass-through channels), cos/sin loaded (not computed from inv_freq), 1 <= T <=
+/// kRopeLeanMaxTokens and (h / kRopeLeanVec) * (Hq + Hk) <= kRopeLeanMaxThreads.
+bool rope_lean(const RopeLeanFacts& f);
+
+/// The lean launch of a call rope_lean accepts: grid T, block (h / kRopeLeanVec, Hq + Hk, 1),
+/// vec kRopeLeanVec, single and lean set.
+RopePlan plan_rope_lean(int64_t tokens, int64_t heads, int64_t half);
 
 }  // namespace ropenorm::core

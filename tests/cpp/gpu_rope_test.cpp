@@ -477,43 +477,64 @@ TEST(GpuRope, GptjIsNeoxAfterChannelPermutation) {
   }
 }
 
-// Token 0's output bits are the same whatever T (and whatever the block shape the plan picks).
+// Token 0's output bits are the same whatever T (and whatever kernel and block shape the plan
+// picks: the lean kernel up to kRopeLeanMaxTokens tokens, the general one above), for both
+// styles, both directions, 16-bit data types and table dtypes, and head dims 64 / 128 / 256.
 TEST(GpuRope, TokenResultIndependentOfT) {
   ROPENORM_REQUIRE_GPU();
-  for (CosSinKind src : kSources) {
-    std::vector<std::vector<uint64_t>> first;
-    for (int64_t t : {1, 3, 64, 4097}) {
-      RopeCase c;
-      c.seq = t;
-      c.hq = 8;
-      c.hk = 2;
-      c.head_dim = 128;
-      c.source = src;
-      c.seed = 1500 + static_cast<uint64_t>(t);
-      auto in = verify::make_inputs(c);
-      RopeCase c1 = c;
-      c1.seq = 1;
-      c1.seed = 99;
-      const auto in1 = verify::make_inputs(c1);
-      const size_t qrow = static_cast<size_t>(c.hq * c.head_dim) * dtype_size(c.dtype);
-      const size_t krow = static_cast<size_t>(c.hk * c.head_dim) * dtype_size(c.dtype);
-      std::memcpy(in.q.bytes.data(), in1.q.bytes.data(), qrow);
-      std::memcpy(in.k.bytes.data(), in1.k.bytes.data(), krow);
-      in.positions[0] = 1234;
-      if (src == CosSinKind::kHfCosSinGathered) {
-        // Token 0's gathered row from the one-token inputs, with its position.
-        const size_t crow = static_cast<size_t>(c.rot()) * dtype_size(c.cs_dtype);
-        std::memcpy(in.cos.bytes.data(), in1.cos.bytes.data(), crow);
-        std::memcpy(in.sin.bytes.data(), in1.sin.bytes.data(), crow);
+  struct Variant {
+    DType dtype;
+    RopeStyle style;
+    int64_t head_dim;
+    bool inverse;
+    DType cs_dtype;
+  };
+  const Variant variants[] = {
+      {DType::kBFloat16, RopeStyle::kNeox, 128, false, DType::kFloat32},
+      {DType::kFloat16, RopeStyle::kGptj, 64, true, DType::kFloat32},
+      {DType::kBFloat16, RopeStyle::kGptj, 256, false, DType::kBFloat16},
+  };
+  for (const Variant& v : variants) {
+    for (CosSinKind src : kSources) {
+      std::vector<std::vector<uint64_t>> first;
+      for (int64_t t : {int64_t{1}, int64_t{3}, core::kRopeLeanMaxTokens,
+                        core::kRopeLeanMaxTokens + 1, int64_t{4097}}) {
+        RopeCase c;
+        c.seq = t;
+        c.hq = 8;
+        c.hk = 2;
+        c.head_dim = v.head_dim;
+        c.dtype = v.dtype;
+        c.style = v.style;
+        c.inverse = v.inverse;
+        c.cs_dtype = v.cs_dtype;
+        c.source = src;
+        c.seed = 1500 + static_cast<uint64_t>(t);
+        auto in = verify::make_inputs(c);
+        RopeCase c1 = c;
+        c1.seq = 1;
+        c1.seed = 99;
+        const auto in1 = verify::make_inputs(c1);
+        const size_t qrow = static_cast<size_t>(c.hq * c.head_dim) * dtype_size(c.dtype);
+        const size_t krow = static_cast<size_t>(c.hk * c.head_dim) * dtype_size(c.dtype);
+        std::memcpy(in.q.bytes.data(), in1.q.bytes.data(), qrow);
+        std::memcpy(in.k.bytes.data(), in1.k.bytes.data(), krow);
+        in.positions[0] = 1234;
+        if (src == CosSinKind::kHfCosSinGathered) {
+          // Token 0's gathered row from the one-token inputs, with its position.
+          const size_t crow = static_cast<size_t>(c.rot()) * dtype_size(c.cs_dtype);
+          std::memcpy(in.cos.bytes.data(), in1.cos.bytes.data(), crow);
+          std::memcpy(in.sin.bytes.data(), in1.sin.bytes.data(), crow);
+        }
+        const auto out = verify::run_case(c, in);
+        ASSERT_TRUE(out.passed) << out.summary;
+        std::vector<uint64_t> bits;
+        for (int64_t i = 0; i < c.hq * c.head_dim; ++i) bits.push_back(out.q_out.bits(i));
+        for (int64_t i = 0; i < c.hk * c.head_dim; ++i) bits.push_back(out.k_out.bits(i));
+        first.push_back(bits);
       }
-      const auto out = verify::run_case(c, in);
-      ASSERT_TRUE(out.passed) << out.summary;
-      std::vector<uint64_t> bits;
-      for (int64_t i = 0; i < c.hq * c.head_dim; ++i) bits.push_back(out.q_out.bits(i));
-      for (int64_t i = 0; i < c.hk * c.head_dim; ++i) bits.push_back(out.k_out.bits(i));
-      first.push_back(bits);
+      for (size_t i = 1; i < first.size(); ++i) ASSERT_EQ(first[0], first[i]) << "run " << i;
     }
-    for (size_t i = 1; i < first.size(); ++i) ASSERT_EQ(first[0], first[i]) << "run " << i;
   }
 }
 

@@ -9,8 +9,9 @@ namespace ropenorm::core {
 namespace {
 
 QkNormRopeFacts facts(int64_t tokens, int64_t heads, int64_t d, int64_t r, int width = 8,
-                      int elem = 2, bool w16 = true) {
+                      int elem = 2, bool w16 = true, bool loaded = false) {
   QkNormRopeFacts f;
+  f.cos_sin_loaded = loaded;
   f.elem_size = elem;
   f.access_width = width;
   f.weights_aligned16 = w16;
@@ -38,6 +39,28 @@ TEST(CpuQkNormRopePlan, PairKernelForFullRotaryAligned16Bit) {
   EXPECT_EQ(p.rope.head_groups, 2);  // 20 rows of 2 heads, 16 fit a block: 2 groups of 10
   EXPECT_EQ(p.rope.by, 10);
   EXPECT_TRUE(p.rope.single);
+}
+
+TEST(CpuQkNormRopePlan, LeanKernelForShortRunsWithLoadedCosSin) {
+  QkNormRopePlan p = plan_qk_norm_rope(facts(1, 40, 128, 128, 8, 2, true, true));
+  EXPECT_EQ(p.kernel, QkKernel::kLean);
+  EXPECT_TRUE(p.rope.lean);
+  EXPECT_EQ(p.rope.bx, 8);
+  EXPECT_EQ(p.rope.by, 40);
+  EXPECT_EQ(p.rope.bz, 1);
+  EXPECT_EQ(p.rope.grid, 1);
+  EXPECT_EQ(plan_qk_norm_rope(facts(kRopeLeanMaxTokens, 40, 256, 256, 8, 2, true, true)).kernel,
+            QkKernel::kLean);
+  // Past the token bound, computed cos/sin, more threads than a block: the pair kernel.
+  EXPECT_EQ(plan_qk_norm_rope(facts(kRopeLeanMaxTokens + 1, 40, 128, 128, 8, 2, true, true)).kernel,
+            QkKernel::kPair);
+  EXPECT_EQ(plan_qk_norm_rope(facts(1, 40, 128, 128, 8, 2, true, false)).kernel, QkKernel::kPair);
+  EXPECT_EQ(plan_qk_norm_rope(facts(1, 160, 256, 256, 8, 2, true, true)).kernel, QkKernel::kPair);
+  // Where the pair kernel does not apply, neither does the lean one.
+  EXPECT_EQ(plan_qk_norm_rope(facts(1, 40, 128, 64, 8, 2, true, true)).kernel, QkKernel::kVector);
+  EXPECT_EQ(plan_qk_norm_rope(facts(1, 40, 128, 128, 8, 2, false, true)).kernel, QkKernel::kVector);
+  EXPECT_EQ(plan_qk_norm_rope(facts(1, 40, 96, 96, 8, 2, true, true)).kernel, QkKernel::kScalar);
+  EXPECT_EQ(plan_qk_norm_rope(facts(1, 40, 128, 128, 4, 4, true, true)).kernel, QkKernel::kScalar);
 }
 
 TEST(CpuQkNormRopePlan, VectorKernelWhenThePairKernelDoesNotApply) {
@@ -87,24 +110,36 @@ TEST(CpuQkNormRopePlan, ShapesStayWithinTheKernelsLimits) {
         for (int64_t r : {d, d / 2 / 2 * 2}) {
           if (r < 2) continue;
           for (int width : {1, 8}) {
-            const QkNormRopePlan p = plan_qk_norm_rope(facts(tokens, heads, d, r, width));
-            switch (p.kernel) {
-              case QkKernel::kPair:
-                EXPECT_EQ(r, d);
-                EXPECT_LE(p.rope.bx * p.rope.by * p.rope.bz, kRopeBlockThreads);
-                EXPECT_EQ(p.rope.bx * kQkVecChannels * 2, r);
-                break;
-              case QkKernel::kVector:
-                EXPECT_LE(p.threads, kQkVecThreads);
-                EXPECT_EQ(p.group * kQkVecChannels, d);
-                EXPECT_GE(p.grid * (p.threads / (p.group * p.groups_per_token)), tokens);
-                break;
-              case QkKernel::kScalar:
-                EXPECT_LE(p.threads, kQkScalarMaxThreads);
-                EXPECT_EQ(p.threads % 32, 0);
-                EXPECT_GE(static_cast<int64_t>(p.group) * p.slots_per_lane, d / 2);
-                EXPECT_EQ(p.grid, tokens);
-                break;
+            for (bool loaded : {false, true}) {
+              const QkNormRopePlan p =
+                  plan_qk_norm_rope(facts(tokens, heads, d, r, width, 2, true, loaded));
+              switch (p.kernel) {
+                case QkKernel::kLean:
+                  EXPECT_TRUE(loaded);
+                  EXPECT_EQ(r, d);
+                  EXPECT_LE(tokens, kRopeLeanMaxTokens);
+                  EXPECT_LE(p.rope.bx * p.rope.by, kRopeLeanMaxThreads);
+                  EXPECT_EQ(p.rope.bx * kQkVecChannels * 2, r);
+                  EXPECT_EQ(p.rope.by, heads);
+                  EXPECT_EQ(p.rope.grid, tokens);
+                  break;
+                case QkKernel::kPair:
+                  EXPECT_EQ(r, d);
+                  EXPECT_LE(p.rope.bx * p.rope.by * p.rope.bz, kRopeBlockThreads);
+                  EXPECT_EQ(p.rope.bx * kQkVecChannels * 2, r);
+                  break;
+                case QkKernel::kVector:
+                  EXPECT_LE(p.threads, kQkVecThreads);
+                  EXPECT_EQ(p.group * kQkVecChannels, d);
+                  EXPECT_GE(p.grid * (p.threads / (p.group * p.groups_per_token)), tokens);
+                  break;
+                case QkKernel::kScalar:
+                  EXPECT_LE(p.threads, kQkScalarMaxThreads);
+                  EXPECT_EQ(p.threads % 32, 0);
+                  EXPECT_GE(static_cast<int64_t>(p.group) * p.slots_per_lane, d / 2);
+                  EXPECT_EQ(p.grid, tokens);
+                  break;
+              }
             }
           }
         }

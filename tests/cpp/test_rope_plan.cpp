@@ -156,5 +156,59 @@ TEST(CpuRopePlan, ThreadsWithinLimits) {
   }
 }
 
+RopeLeanFacts lean_facts(int64_t tokens, int64_t heads, int64_t half, int64_t head_dim) {
+  RopeLeanFacts f;
+  f.elem_size = 2;
+  f.vec = 8;
+  f.cos_sin_loaded = true;
+  f.tokens = tokens;
+  f.heads = heads;
+  f.half = half;
+  f.head_dim = head_dim;
+  return f;
+}
+
+TEST(CpuRopePlan, LeanRuleForShortRunsOnly) {
+  // Decode of 32 + 8 heads of D 64 / 128 / 256, up to the token bound.
+  EXPECT_TRUE(rope_lean(lean_facts(1, 40, 64, 128)));
+  EXPECT_TRUE(rope_lean(lean_facts(1, 40, 32, 64)));
+  EXPECT_TRUE(rope_lean(lean_facts(kRopeLeanMaxTokens, 40, 128, 256)));
+  EXPECT_TRUE(rope_lean(lean_facts(1, 1, 8, 16)));  // one lane, one head
+  EXPECT_FALSE(rope_lean(lean_facts(kRopeLeanMaxTokens + 1, 40, 64, 128)));
+  EXPECT_FALSE(rope_lean(lean_facts(0, 40, 64, 128)));
+  EXPECT_FALSE(rope_lean(lean_facts(1, 0, 64, 128)));
+  // Pass-through channels (R < D), a half that is not whole vectors.
+  EXPECT_FALSE(rope_lean(lean_facts(1, 40, 32, 128)));
+  EXPECT_FALSE(rope_lean(lean_facts(1, 40, 4, 8)));
+  // More threads than a block: 16 lanes x 65 heads.
+  EXPECT_TRUE(rope_lean(lean_facts(1, 64, 128, 256)));
+  EXPECT_FALSE(rope_lean(lean_facts(1, 65, 128, 256)));
+  // 32-bit q/k, a narrower vector (alignment), cos/sin computed from inv_freq.
+  RopeLeanFacts f = lean_facts(1, 40, 64, 128);
+  f.elem_size = 4;
+  f.vec = 4;
+  EXPECT_FALSE(rope_lean(f));
+  f = lean_facts(1, 40, 64, 128);
+  f.vec = 4;
+  EXPECT_FALSE(rope_lean(f));
+  f = lean_facts(1, 40, 64, 128);
+  f.cos_sin_loaded = false;
+  EXPECT_FALSE(rope_lean(f));
+}
+
+TEST(CpuRopePlan, LeanLaunchShape) {
+  const RopePlan p = plan_rope_lean(7, 40, 64);
+  EXPECT_TRUE(p.lean);
+  EXPECT_TRUE(p.single);
+  EXPECT_FALSE(p.long_run);
+  EXPECT_EQ(p.vec, kRopeLeanVec);
+  EXPECT_EQ(p.bx, 8);  // 64 pairs / 8 per thread
+  EXPECT_EQ(p.by, 40);
+  EXPECT_EQ(p.bz, 1);
+  EXPECT_EQ(p.grid, 7);
+  EXPECT_EQ(p.head_groups, 1);
+  EXPECT_FALSE(plan_rope(7, 40, 64, 8).lean);
+}
+
 }  // namespace
 }  // namespace ropenorm::core

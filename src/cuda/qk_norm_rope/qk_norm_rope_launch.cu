@@ -74,6 +74,7 @@ Status qk_norm_rope(const TensorRef& q, const TensorRef& k, const TensorRef& wq,
   facts.heads = g.hq + g.hk;
   facts.head_dim = g.head_dim;
   facts.rotary_dim = g.rotary_dim;
+  facts.cos_sin_loaded = a.source != cuda::RopeSource::kInvFreq;
   const core::QkNormRopePlan plan = core::plan_qk_norm_rope(facts);
   qa.group = plan.group;
   qa.groups_per_token = plan.groups_per_token;

@@ -1,9 +1,9 @@
 // Per-dtype launch of the fused QK-norm + RoPE kernel: picks the instantiation for the plan's
-// slots per lane (or the vector kernel, 16-bit types) and launches it on the caller's stream.
-// Included by exactly one .cu per q/k dtype. The weight dtype, the cos/sin source and dtype, the
-// style and the direction are run-time switches inside the kernels (uniform branches), so each
-// dtype has four scalar kernels (slots per lane 1, 2, 4, 8) and, for 16-bit types, one vector
-// kernel.
+// kernel (and slots per lane) and launches it on the caller's stream. Included by exactly one .cu
+// per q/k dtype. The weight dtype, the cos/sin source and dtype and the direction are run-time
+// switches inside the kernels (uniform branches), so each dtype has four scalar kernels (slots
+// per lane 1, 2, 4, 8) and, for 16-bit types, the vector kernel, the pair kernel per style
+// (single-round or looping) and the lean kernel per style.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -12,6 +12,7 @@
 
 #include "cuda/common/pdl.cuh"
 #include "cuda/qk_norm_rope/qk_norm_rope_kernels.cuh"
+#include "cuda/qk_norm_rope/qk_norm_rope_lean_kernel.cuh"
 #include "cuda/qk_norm_rope/qk_norm_rope_typed.h"
 #include "ropenorm/status.h"
 
@@ -23,7 +24,16 @@ Status launch_qk_norm_rope_typed(const QkNormRopeArgs& a, const core::QkNormRope
   const dim3 grid(static_cast<unsigned>(plan.grid));
   const dim3 block(static_cast<unsigned>(plan.threads));
   cudaError_t err = cudaSuccess;
-  if (plan.kernel == core::QkKernel::kPair) {
+  if (plan.kernel == core::QkKernel::kLean) {
+    if constexpr (sizeof(T) == 2) {
+      const auto kernel =
+          a.rope.gptj ? qk_norm_rope_lean_kernel<T, true> : qk_norm_rope_lean_kernel<T, false>;
+      err = launch_with_pdl(kernel, rope_launch_grid(plan.rope), rope_launch_block(plan.rope), 0,
+                            stream, a);
+    } else {
+      return Status(StatusCode::kUnsupported, "qk_norm_rope: no lean kernel for 32-bit q/k");
+    }
+  } else if (plan.kernel == core::QkKernel::kPair) {
     if constexpr (sizeof(T) == 2) {
       constexpr int V = kQkVecChannels;
       constexpr int KH = core::kRopeHeadsPerThread;

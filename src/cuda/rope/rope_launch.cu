@@ -50,7 +50,16 @@ Status rope(const TensorRef& q, const TensorRef& k, const TensorRef& q_out, cons
 
   const int vec = cuda::rope_access_width(c, g, a);
   const int64_t h = g.rotary_dim / 2;
-  const core::RopePlan plan = core::plan_rope(g.tokens, g.hq + g.hk, h, vec);
+  core::RopeLeanFacts lf;
+  lf.elem_size = static_cast<int>(dtype_size(q.dtype));
+  lf.vec = vec;
+  lf.cos_sin_loaded = a.source != cuda::RopeSource::kInvFreq;
+  lf.tokens = g.tokens;
+  lf.heads = g.hq + g.hk;
+  lf.half = h;
+  lf.head_dim = g.head_dim;
+  const core::RopePlan plan = core::rope_lean(lf) ? core::plan_rope_lean(g.tokens, lf.heads, h)
+                                                  : core::plan_rope(g.tokens, lf.heads, h, vec);
 
   return core::dispatch_float_dtype<cuda::f16, cuda::bf16>(
       q.dtype, kOp, "q", [&](auto tag) -> Status {

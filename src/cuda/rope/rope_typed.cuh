@@ -3,7 +3,8 @@
 // instantiates it; the launcher calls it through dispatch. The cos/sin dtype, the source kind and
 // the direction are run-time switches inside the kernel (uniform branches); the style is a
 // template argument, so each dtype has, per vector width (16 / sizeof(T), ..., 2, 1) and style,
-// the looping kernel and the single-round kernel at two register budgets (plan.long_run).
+// the looping kernel and the single-round kernel at two register budgets (plan.long_run), and
+// for 16-bit types the lean short-run kernel per style (plan.lean).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -13,6 +14,7 @@
 #include "core/rope_plan.h"
 #include "cuda/common/pdl.cuh"
 #include "cuda/rope/rope_kernels.cuh"
+#include "cuda/rope/rope_lean_kernels.cuh"
 #include "cuda/rope/rope_typed.h"
 #include "ropenorm/status.h"
 
@@ -45,7 +47,14 @@ Status launch_rope_typed(const RopeKernelArgs& a, const core::RopePlan& plan, cu
   constexpr int kVec = 16 / static_cast<int>(sizeof(T));
   constexpr int kHalfVec = kVec > 4 ? 4 : 1;  // 16-bit types: 8, 4, 2, 1; f32: 4, 2, 1
   cudaError_t err = cudaSuccess;
-  if (plan.vec == kVec) {
+  if (plan.lean) {
+    if constexpr (sizeof(T) == 2) {
+      const auto kernel = a.gptj ? rope_lean_kernel<T, true> : rope_lean_kernel<T, false>;
+      err = launch_with_pdl(kernel, rope_launch_grid(plan), rope_launch_block(plan), 0, stream, a);
+    } else {
+      return Status(StatusCode::kUnsupported, "rope: no lean kernel for 32-bit q/k");
+    }
+  } else if (plan.vec == kVec) {
     err = detail::launch_rope_vec<T, kVec>(a, plan, stream);
   } else if (kHalfVec == 4 && plan.vec == 4) {
     err = detail::launch_rope_vec<T, kHalfVec>(a, plan, stream);

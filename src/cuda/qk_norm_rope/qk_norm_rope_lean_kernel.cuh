@@ -1,0 +1,42 @@
+// Lean fused QK-norm + RoPE kernel for short runs (decode steps): the lean RoPE launch
+// (core::plan_rope_lean, cuda/rope/rope_lean_kernels.cuh) plus the norm of the pair kernel.
+//
+// Ownership (grid T, block (g, Hq + Hk), g = h / 8 a power of two <= 32):
+//  - Token: block blockIdx.x owns token t = blockIdx.x; every thread reads its position.
+//  - Head: thread row threadIdx.y owns head threadIdx.y (q heads first, then k); its g lanes are
+//    consecutive and aligned in their warp (row y is threads y g .. y g + g - 1).
+//  - Channels: lane x owns the pair kernel's 8 pairs (neox channels 8x .. 8x + 7 and
+//    h + 8x .. h + 8x + 7, gptj 16x .. 16x + 15): two 16-byte loads and stores.
+//  - rms: qk_pair_head, as the pair kernel runs it: the lane's 16 squares in a fixed order, a
+//    butterfly over the row's g lanes (every lane the same bits), lane 0 stores r. So a head's
+//    bits are the pair kernel's.
+// Each lane writes exactly the channels it read, after the whole head was read (the butterfly
+// follows every load), so in place is safe. The kernel waits for the previous kernel on the
+// stream (programmatic dependent launch) before its first global memory access, then at once
+// lets the next kernel begin launching.
+#pragma once
+
+#include "core/rope_plan.h"
+#include "cuda/common/pdl.cuh"
+#include "cuda/qk_norm_rope/qk_norm_rope_args.h"
+#include "cuda/qk_norm_rope/qk_norm_rope_kernels.cuh"
+#include "cuda/rope/rope_lean_kernels.cuh"
+
+namespace ropenorm::cuda {
+
+/// Lean QK-norm + RoPE of style kGptj; launched only as core::plan_qk_norm_rope's kLean allows.
+template <typename T, bool kGptj>
+__global__ void __launch_bounds__(core::kRopeLeanMaxThreads)
+    qk_norm_rope_lean_kernel(const QkNormRopeArgs args) {
+  const int g = blockDim.x;
+  const int lane = (threadIdx.y * g + threadIdx.x) & 31;
+  const unsigned mask = g == 32 ? 0xffffffffu : ((1u << g) - 1u) << (lane & ~(g - 1));
+  griddep_wait();
+  griddep_launch_dependents();
+  RopeLeanItem<T> it;
+  rope_lean_load<T, kGptj>(args.rope, it);
+  qk_pair_head<T, core::kRopeLeanVec, kGptj>(args, it.tp, it.t, it.hh, it.oa, it.ob, it.regs, it.c,
+                                             it.sn, mask, g);
+}
+
+}  // namespace ropenorm::cuda
