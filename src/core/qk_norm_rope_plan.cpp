@@ -29,7 +29,7 @@ QkNormRopePlan plan_qk_norm_rope(const QkNormRopeFacts& f) {
     lf.head_dim = f.head_dim;
     if (rope_lean(lf)) {
       p.kernel = QkKernel::kLean;
-      p.rope = plan_rope_lean(f.tokens, f.heads, half);
+      p.rope = plan_rope_lean(f.seq, f.tokens / f.seq, f.heads, half);
       return p;
     }
     p.kernel = QkKernel::kPair;

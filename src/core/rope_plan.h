@@ -46,7 +46,8 @@ struct RopePlan {
   /// multiprocessor (more warps in flight). The QK-norm + RoPE kernels do not use it.
   bool long_run = false;
   /// The lean short-run kernel (rope_lean / plan_rope_lean): one block per token, thread
-  /// (x, y) owns pair vector x of head y, no loops, no pass-through channels.
+  /// (x, y) owns pair vector x of head y, no loops, no pass-through channels. Its grid is
+  /// (S, B): grid = S (tokens of a sequence), head_groups = B (sequences).
   bool lean = false;
 };
 
@@ -92,8 +93,8 @@ struct RopeLeanFacts {
 /// kRopeLeanMaxTokens and (h / kRopeLeanVec) * (Hq + Hk) <= kRopeLeanMaxThreads.
 bool rope_lean(const RopeLeanFacts& f);
 
-/// The lean launch of a call rope_lean accepts: grid T, block (h / kRopeLeanVec, Hq + Hk, 1),
-/// vec kRopeLeanVec, single and lean set.
-RopePlan plan_rope_lean(int64_t tokens, int64_t heads, int64_t half);
+/// The lean launch of a call rope_lean accepts, B sequences of S tokens: grid (S, B), block
+/// (h / kRopeLeanVec, Hq + Hk, 1), vec kRopeLeanVec, single and lean set.
+RopePlan plan_rope_lean(int64_t seq, int64_t batches, int64_t heads, int64_t half);
 
 }  // namespace ropenorm::core

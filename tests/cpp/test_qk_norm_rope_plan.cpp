@@ -16,6 +16,7 @@ QkNormRopeFacts facts(int64_t tokens, int64_t heads, int64_t d, int64_t r, int w
   f.access_width = width;
   f.weights_aligned16 = w16;
   f.tokens = tokens;
+  f.seq = tokens;
   f.heads = heads;
   f.head_dim = d;
   f.rotary_dim = r;

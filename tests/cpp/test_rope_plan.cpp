@@ -197,7 +197,7 @@ TEST(CpuRopePlan, LeanRuleForShortRunsOnly) {
 }
 
 TEST(CpuRopePlan, LeanLaunchShape) {
-  const RopePlan p = plan_rope_lean(7, 40, 64);
+  RopePlan p = plan_rope_lean(7, 1, 40, 64);
   EXPECT_TRUE(p.lean);
   EXPECT_TRUE(p.single);
   EXPECT_FALSE(p.long_run);
@@ -208,6 +208,10 @@ TEST(CpuRopePlan, LeanLaunchShape) {
   EXPECT_EQ(p.grid, 7);
   EXPECT_EQ(p.head_groups, 1);
   EXPECT_FALSE(plan_rope(7, 40, 64, 8).lean);
+  // B sequences of S tokens: grid (S, B).
+  p = plan_rope_lean(1, 16, 40, 64);
+  EXPECT_EQ(p.grid, 1);
+  EXPECT_EQ(p.head_groups, 16);
 }
 
 }  // namespace

@@ -55,8 +55,6 @@
 //  - rms: the lane's 16 squares in a fixed order, then a butterfly over the bx lanes (every lane
 //    gets the same bits). Lane 0 stores r.
 // Each lane writes exactly the channels it read, after the whole head was read.
-// Every kernel here waits for the previous kernel on the stream (programmatic dependent launch)
-// before its first global memory access, then at once lets the next kernel begin launching.
 #pragma once
 
 #include <cstdint>
@@ -114,7 +112,6 @@ template <typename T, int KS>
 __global__ void __launch_bounds__(kQkScalarMaxThreads)
     qk_norm_rope_kernel(const QkNormRopeArgs args) {
   griddep_wait();
-  griddep_launch_dependents();
   const RopeKernelArgs& a = args.rope;
   const int g = args.group;
   const int lane = threadIdx.x & 31;
@@ -302,7 +299,6 @@ __global__ void __launch_bounds__(kQkVecThreads, kMinBlocks)
   const int tpb = blockDim.x / (g * ng);
 
   griddep_wait();
-  griddep_launch_dependents();
   float wq[E], wk[E];  // element loads: the weights need no alignment
 #pragma unroll
   for (int i = 0; i < E; ++i) {
@@ -347,13 +343,33 @@ __global__ void __launch_bounds__(kQkVecThreads, kMinBlocks)
   }
 }
 
-/// One thread's part of one head of the pair kernel: rms over the head (butterfly over the g
-/// lanes in mask), (w + o) scaling, rotation, store; lane 0 stores r.
-template <typename T, int V, bool kGptj>
-__device__ __forceinline__ void qk_pair_head(const QkNormRopeArgs& args, const RopeTokenPtrs<T>& tp,
-                                             int64_t t, int hh, int oa, int ob,
-                                             const RopeHeadRegs<T, V>& regs, const float (&c)[V],
-                                             const float (&sn)[V], unsigned mask, int g) {
+/// The weight factors (w + o) of head hh's channels oa .. oa + V - 1 (f0) and ob .. (f1), from
+/// wq for q heads, wk for k heads.
+template <int V>
+__device__ __forceinline__ void qk_weight_factors(const QkNormRopeArgs& args, int hh, int oa,
+                                                  int ob, float (&f0)[V], float (&f1)[V]) {
+  const bool is_q = hh < args.rope.hq;
+  const void* w = is_q ? args.wq : args.wk;
+  const DType wdt = is_q ? args.wq_dtype : args.wk_dtype;
+  load_pack_dyn<V>(w, wdt, oa, f0);
+  load_pack_dyn<V>(w, wdt, ob, f1);
+#pragma unroll
+  for (int i = 0; i < V; ++i) {
+    f0[i] += args.weight_offset;
+    f1[i] += args.weight_offset;
+  }
+}
+
+/// One thread's part of head hh of token t in the pair and lean kernels: rms over the head
+/// (butterfly over the g lanes in mask), (w + o) scaling with the factors factors(f0, f1)
+/// yields (called after the butterfly: the pair kernel loads them there, the lean kernel
+/// hands over ones it loaded with the data), rotation, store at y (the head's output); lane 0
+/// stores r.
+template <typename T, int V, bool kGptj, typename FactorsFn>
+__device__ __forceinline__ void qk_pair_head(const QkNormRopeArgs& args, T* y, int64_t t, int hh,
+                                             int oa, int ob, const RopeHeadRegs<T, V>& regs,
+                                             const float (&c)[V], const float (&sn)[V],
+                                             unsigned mask, int g, FactorsFn&& factors) {
   const RopeKernelArgs& a = args.rope;
   float x0[V], x1[V];
   widen<T, V>(regs.x0, x0);
@@ -365,19 +381,14 @@ __device__ __forceinline__ void qk_pair_head(const QkNormRopeArgs& args, const R
   for (int i = 0; i < V; ++i) ss = __fmaf_rn(x1[i], x1[i], ss);
   ss = qk_group_sum(ss, mask, g);
   const float r = rms_rstd(ss, a.head_dim, args.eps);
-  const bool is_q = hh < a.hq;
-  const void* w = is_q ? args.wq : args.wk;
-  const DType wdt = is_q ? args.wq_dtype : args.wk_dtype;
-  float w0[V], w1[V];
-  load_pack_dyn<V>(w, wdt, oa, w0);
-  load_pack_dyn<V>(w, wdt, ob, w1);
+  float f0[V], f1[V];
+  factors(f0, f1);
 #pragma unroll
   for (int i = 0; i < V; ++i) {
-    x0[i] = rms_apply_exact(x0[i], r, w0[i] + args.weight_offset);
-    x1[i] = rms_apply_exact(x1[i], r, w1[i] + args.weight_offset);
+    x0[i] = rms_apply_exact(x0[i], r, f0[i]);
+    x1[i] = rms_apply_exact(x1[i], r, f1[i]);
   }
   rope_rotate_regs<V, kGptj>(x0, x1, c, sn);
-  T* y = rope_out_head<T>(a, tp, hh);
   store_pack<T, V>(y + oa, x0);
   store_pack<T, V>(y + ob, x1);
   if (threadIdx.x == 0) qk_store_rstd(args, t, hh, r);
@@ -395,7 +406,9 @@ __device__ __forceinline__ void qk_pair_token(const QkNormRopeArgs& args, int64_
       a, tp, b, s, threadIdx.x, hfirst, hstep,
       [&](int hh, int oa, int ob, const RopeHeadRegs<T, V>& regs, const float(&c)[V],
           const float(&sn)[V]) {
-        qk_pair_head<T, V, kGptj>(args, tp, t, hh, oa, ob, regs, c, sn, mask, blockDim.x);
+        qk_pair_head<T, V, kGptj>(
+            args, rope_out_head<T>(a, tp, hh), t, hh, oa, ob, regs, c, sn, mask, blockDim.x,
+            [&](float(&f0)[V], float(&f1)[V]) { qk_weight_factors<V>(args, hh, oa, ob, f0, f1); });
       });
 }
 
@@ -414,7 +427,6 @@ __global__ void __launch_bounds__(core::kRopeBlockThreads, kMinBlocks)
   const int hstep = rope_head_step<KH>();
   const int hfirst = rope_first_head<KH>();
   griddep_wait();
-  griddep_launch_dependents();
   const int64_t t0 = static_cast<int64_t>(blockIdx.x) * blockDim.z + threadIdx.z;
   if constexpr (kSingle) {
     if (t0 < a.tokens) qk_pair_token<T, V, KH, kGptj, true>(args, t0, hfirst, hstep, mask);

@@ -71,6 +71,7 @@ Status qk_norm_rope(const TensorRef& q, const TensorRef& k, const TensorRef& wq,
   facts.weights_aligned16 = reinterpret_cast<uintptr_t>(wq.data) % 16 == 0 &&
                             reinterpret_cast<uintptr_t>(wk.data) % 16 == 0;
   facts.tokens = g.tokens;
+  facts.seq = g.seq;
   facts.heads = g.hq + g.hk;
   facts.head_dim = g.head_dim;
   facts.rotary_dim = g.rotary_dim;

@@ -1,19 +1,20 @@
 // Lean fused QK-norm + RoPE kernel for short runs (decode steps): the lean RoPE launch
 // (core::plan_rope_lean, cuda/rope/rope_lean_kernels.cuh) plus the norm of the pair kernel.
 //
-// Ownership (grid T, block (g, Hq + Hk), g = h / 8 a power of two <= 32):
-//  - Token: block blockIdx.x owns token t = blockIdx.x; every thread reads its position.
+// Ownership (grid (S, B), block (g, Hq + Hk), g = h / 8 a power of two <= 32):
+//  - Token: block (blockIdx.x, blockIdx.y) owns token (b, s) = (blockIdx.y, blockIdx.x); every
+//    thread reads its position.
 //  - Head: thread row threadIdx.y owns head threadIdx.y (q heads first, then k); its g lanes are
 //    consecutive and aligned in their warp (row y is threads y g .. y g + g - 1).
 //  - Channels: lane x owns the pair kernel's 8 pairs (neox channels 8x .. 8x + 7 and
 //    h + 8x .. h + 8x + 7, gptj 16x .. 16x + 15): two 16-byte loads and stores.
 //  - rms: qk_pair_head, as the pair kernel runs it: the lane's 16 squares in a fixed order, a
 //    butterfly over the row's g lanes (every lane the same bits), lane 0 stores r. So a head's
-//    bits are the pair kernel's.
+//    bits are the pair kernel's. The lane's weight factors are loaded right after its position
+//    and cos/sin, before the butterfly (the pair kernel loads them after it).
 // Each lane writes exactly the channels it read, after the whole head was read (the butterfly
 // follows every load), so in place is safe. The kernel waits for the previous kernel on the
-// stream (programmatic dependent launch) before its first global memory access, then at once
-// lets the next kernel begin launching.
+// stream (programmatic dependent launch) before its first global memory access.
 #pragma once
 
 #include "core/rope_plan.h"
@@ -24,19 +25,28 @@
 
 namespace ropenorm::cuda {
 
-/// Lean QK-norm + RoPE of style kGptj; launched only as core::plan_qk_norm_rope's kLean allows.
-template <typename T, bool kGptj>
+/// Lean QK-norm + RoPE of style kGptj with cos/sin tables of dtype C; launched only as
+/// core::plan_qk_norm_rope's kLean allows.
+template <typename T, typename C, bool kGptj>
 __global__ void __launch_bounds__(core::kRopeLeanMaxThreads)
     qk_norm_rope_lean_kernel(const QkNormRopeArgs args) {
   const int g = blockDim.x;
   const int lane = (threadIdx.y * g + threadIdx.x) & 31;
   const unsigned mask = g == 32 ? 0xffffffffu : ((1u << g) - 1u) << (lane & ~(g - 1));
+  constexpr int V = core::kRopeLeanVec;
   griddep_wait();
-  griddep_launch_dependents();
   RopeLeanItem<T> it;
-  rope_lean_load<T, kGptj>(args.rope, it);
-  qk_pair_head<T, core::kRopeLeanVec, kGptj>(args, it.tp, it.t, it.hh, it.oa, it.ob, it.regs, it.c,
-                                             it.sn, mask, g);
+  rope_lean_load<T, C, kGptj>(args.rope, it);
+  float w0[V], w1[V];
+  qk_weight_factors<V>(args, it.hh, it.oa, it.ob, w0, w1);
+  qk_pair_head<T, V, kGptj>(args, it.y, it.t, it.hh, it.oa, it.ob, it.regs, it.c, it.sn, mask, g,
+                            [&](float(&f0)[V], float(&f1)[V]) {
+#pragma unroll
+                              for (int i = 0; i < V; ++i) {
+                                f0[i] = w0[i];
+                                f1[i] = w1[i];
+                              }
+                            });
 }
 
 }  // namespace ropenorm::cuda

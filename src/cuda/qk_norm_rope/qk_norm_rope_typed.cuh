@@ -3,13 +3,14 @@
 // per q/k dtype. The weight dtype, the cos/sin source and dtype and the direction are run-time
 // switches inside the kernels (uniform branches), so each dtype has four scalar kernels (slots
 // per lane 1, 2, 4, 8) and, for 16-bit types, the vector kernel, the pair kernel per style
-// (single-round or looping) and the lean kernel per style.
+// (single-round or looping) and the lean kernel per style and cos/sin table dtype.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <string>
 
+#include "core/dispatch.h"
 #include "cuda/common/pdl.cuh"
 #include "cuda/qk_norm_rope/qk_norm_rope_kernels.cuh"
 #include "cuda/qk_norm_rope/qk_norm_rope_lean_kernel.cuh"
@@ -26,10 +27,16 @@ Status launch_qk_norm_rope_typed(const QkNormRopeArgs& a, const core::QkNormRope
   cudaError_t err = cudaSuccess;
   if (plan.kernel == core::QkKernel::kLean) {
     if constexpr (sizeof(T) == 2) {
-      const auto kernel =
-          a.rope.gptj ? qk_norm_rope_lean_kernel<T, true> : qk_norm_rope_lean_kernel<T, false>;
-      err = launch_with_pdl(kernel, rope_launch_grid(plan.rope), rope_launch_block(plan.rope), 0,
-                            stream, a);
+      const Status picked = core::dispatch_float_dtype<f16, bf16>(
+          a.rope.cs_dtype, "qk_norm_rope", "cos/sin", [&](auto tag) -> Status {
+            using C = typename decltype(tag)::type;
+            const auto kernel = a.rope.gptj ? qk_norm_rope_lean_kernel<T, C, true>
+                                            : qk_norm_rope_lean_kernel<T, C, false>;
+            err = launch_with_pdl(kernel, rope_launch_grid(plan.rope), rope_launch_block(plan.rope),
+                                  0, stream, a);
+            return Status::Ok();
+          });
+      if (!picked.ok()) return picked;
     } else {
       return Status(StatusCode::kUnsupported, "qk_norm_rope: no lean kernel for 32-bit q/k");
     }

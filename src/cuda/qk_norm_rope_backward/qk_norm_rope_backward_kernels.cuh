@@ -21,9 +21,6 @@
 // Every dq / dk element is written by exactly the lane that read the matching dq_out / dk_out
 // element, after that head's reductions (which follow all of its loads), so dq == dq_out (in
 // place) is safe; x is never written (dq may not alias it: validated).
-// The kernel waits for the previous kernel on the stream (programmatic dependent launch) before
-// its first global memory access, then at once lets the next kernel (the column sum) begin
-// launching; that one waits for this one to finish in its own griddep_wait.
 #pragma once
 
 #include <cstdint>
@@ -102,7 +99,6 @@ __global__ void __launch_bounds__(core::kQkBwdThreads)
   for (int i = threadIdx.x; i < ngroups * 2 * d_head; i += blockDim.x) acc[i] = 0.0f;
 
   griddep_wait();
-  griddep_launch_dependents();
   for (int i = threadIdx.x; i < 2 * d_head; i += blockDim.x) {
     wf[i] = (i < d_head ? load_dyn(args.wq, args.wq_dtype, i)
                         : load_dyn(args.wk, args.wk_dtype, i - d_head)) +

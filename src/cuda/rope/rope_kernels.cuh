@@ -26,8 +26,7 @@
 // Vector width V > 1 is used only when the launcher checked that every base and stride is
 // aligned for it; V = 1 is the scalar path (any alignment, e.g. a storage offset of 1 element).
 // The kernel is launched with programmatic dependent launch: it waits for the previous kernel
-// on the stream before its first global memory access, then at once lets the next kernel begin
-// launching (that one waits in its own griddep_wait for this one to finish).
+// on the stream before its first global memory access.
 #pragma once
 
 #include <cstdint>
@@ -119,13 +118,10 @@ __device__ __forceinline__ void rope_cos_sin_computed(const RopeKernelArgs& a, i
   rope_apply_direction<V>(a, sn);
 }
 
-/// Table sources (kCache, kTable, kGathered): c_i and s_i of pairs i0 .. i0 + V - 1 of token
-/// (b, s) at position p, loaded (s_i negated for the inverse rotation).
-template <int V>
-__device__ __forceinline__ void rope_cos_sin_loaded(const RopeKernelArgs& a, int64_t p, int64_t b,
-                                                    int64_t s, int i0, float (&c)[V],
-                                                    float (&sn)[V]) {
-  int64_t co, so;
+/// Table sources (kCache, kTable, kGathered): where token (b, s)'s cos and sin rows start (co,
+/// so, in elements of the tables), its position being p.
+__device__ __forceinline__ void rope_cos_sin_rows(const RopeKernelArgs& a, int64_t p, int64_t b,
+                                                  int64_t s, int64_t& co, int64_t& so) {
   if (a.source == RopeSource::kGathered) {
     co = b * a.cos_sb + s * a.cos_ss;
     so = b * a.sin_sb + s * a.sin_ss;
@@ -133,6 +129,16 @@ __device__ __forceinline__ void rope_cos_sin_loaded(const RopeKernelArgs& a, int
     co = p * a.cos_row;
     so = p * a.sin_row;
   }
+}
+
+/// Table sources (kCache, kTable, kGathered): c_i and s_i of pairs i0 .. i0 + V - 1 of token
+/// (b, s) at position p, loaded (s_i negated for the inverse rotation).
+template <int V>
+__device__ __forceinline__ void rope_cos_sin_loaded(const RopeKernelArgs& a, int64_t p, int64_t b,
+                                                    int64_t s, int i0, float (&c)[V],
+                                                    float (&sn)[V]) {
+  int64_t co, so;
+  rope_cos_sin_rows(a, p, b, s, co, so);
   load_pack_dyn<V>(a.cos, a.cs_dtype, co + i0, c);
   load_pack_dyn<V>(a.sin, a.cs_dtype, so + i0, sn);
   rope_apply_direction<V>(a, sn);
@@ -238,18 +244,25 @@ __device__ __forceinline__ T* rope_out_head(const RopeKernelArgs& a, const RopeT
   return hh < a.hq ? tp.q_out + hh * a.q_out.sh : tp.k_out + (hh - a.hq) * a.k_out.sh;
 }
 
+/// Rotates one head's loaded V-vectors (regs) by c, sn and stores them at y + oa and y + ob.
+template <typename T, int V, bool kGptj>
+__device__ __forceinline__ void rope_rotate_store(T* y, int oa, int ob,
+                                                  const RopeHeadRegs<T, V>& regs,
+                                                  const float (&c)[V], const float (&sn)[V]) {
+  float x0[V], x1[V];
+  widen<T, V>(regs.x0, x0);
+  widen<T, V>(regs.x1, x1);
+  rope_rotate_regs<V, kGptj>(x0, x1, c, sn);
+  store_pack<T, V>(y + oa, x0);
+  store_pack<T, V>(y + ob, x1);
+}
+
 template <typename T, int V, bool kGptj>
 __device__ __forceinline__ void rope_store_head(const RopeKernelArgs& a, const RopeTokenPtrs<T>& tp,
                                                 int hh, int oa, int ob,
                                                 const RopeHeadRegs<T, V>& regs, const float (&c)[V],
                                                 const float (&sn)[V]) {
-  float x0[V], x1[V];
-  widen<T, V>(regs.x0, x0);
-  widen<T, V>(regs.x1, x1);
-  rope_rotate_regs<V, kGptj>(x0, x1, c, sn);
-  T* y = rope_out_head<T>(a, tp, hh);
-  store_pack<T, V>(y + oa, x0);
-  store_pack<T, V>(y + ob, x1);
+  rope_rotate_store<T, V, kGptj>(rope_out_head<T>(a, tp, hh), oa, ob, regs, c, sn);
 }
 
 /// Copies V elements bit for bit (aligned as the launcher checked).
@@ -366,7 +379,6 @@ __global__ void __launch_bounds__(core::kRopeBlockThreads, kMinBlocks)
   const int hstep = rope_head_step<KH>();
   const int hfirst = rope_first_head<KH>();
   griddep_wait();
-  griddep_launch_dependents();
   if constexpr (kSingle) {
     const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.z + threadIdx.z;
     if (t >= a.tokens) return;

@@ -4,13 +4,14 @@
 // the direction are run-time switches inside the kernel (uniform branches); the style is a
 // template argument, so each dtype has, per vector width (16 / sizeof(T), ..., 2, 1) and style,
 // the looping kernel and the single-round kernel at two register budgets (plan.long_run), and
-// for 16-bit types the lean short-run kernel per style (plan.lean).
+// for 16-bit types the lean short-run kernel per style and cos/sin table dtype (plan.lean).
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <string>
 
+#include "core/dispatch.h"
 #include "core/rope_plan.h"
 #include "cuda/common/pdl.cuh"
 #include "cuda/rope/rope_kernels.cuh"
@@ -49,8 +50,16 @@ Status launch_rope_typed(const RopeKernelArgs& a, const core::RopePlan& plan, cu
   cudaError_t err = cudaSuccess;
   if (plan.lean) {
     if constexpr (sizeof(T) == 2) {
-      const auto kernel = a.gptj ? rope_lean_kernel<T, true> : rope_lean_kernel<T, false>;
-      err = launch_with_pdl(kernel, rope_launch_grid(plan), rope_launch_block(plan), 0, stream, a);
+      const Status picked = core::dispatch_float_dtype<f16, bf16>(
+          a.cs_dtype, "rope", "cos/sin", [&](auto tag) -> Status {
+            using C = typename decltype(tag)::type;
+            const auto kernel =
+                a.gptj ? rope_lean_kernel<T, C, true> : rope_lean_kernel<T, C, false>;
+            err = launch_with_pdl(kernel, rope_launch_grid(plan), rope_launch_block(plan), 0,
+                                  stream, a);
+            return Status::Ok();
+          });
+      if (!picked.ok()) return picked;
     } else {
       return Status(StatusCode::kUnsupported, "rope: no lean kernel for 32-bit q/k");
     }
