@@ -343,33 +343,29 @@ __global__ void __launch_bounds__(kQkVecThreads, kMinBlocks)
   }
 }
 
-/// The weight factors (w + o) of head hh's channels oa .. oa + V - 1 (f0) and ob .. (f1), from
-/// wq for q heads, wk for k heads.
+/// The weights w of head hh's channels oa .. oa + V - 1 (w0) and ob .. (w1), from wq for q
+/// heads, wk for k heads.
 template <int V>
-__device__ __forceinline__ void qk_weight_factors(const QkNormRopeArgs& args, int hh, int oa,
-                                                  int ob, float (&f0)[V], float (&f1)[V]) {
+__device__ __forceinline__ void qk_head_weights(const QkNormRopeArgs& args, int hh, int oa, int ob,
+                                                float (&w0)[V], float (&w1)[V]) {
   const bool is_q = hh < args.rope.hq;
   const void* w = is_q ? args.wq : args.wk;
   const DType wdt = is_q ? args.wq_dtype : args.wk_dtype;
-  load_pack_dyn<V>(w, wdt, oa, f0);
-  load_pack_dyn<V>(w, wdt, ob, f1);
-#pragma unroll
-  for (int i = 0; i < V; ++i) {
-    f0[i] += args.weight_offset;
-    f1[i] += args.weight_offset;
-  }
+  load_pack_dyn<V>(w, wdt, oa, w0);
+  load_pack_dyn<V>(w, wdt, ob, w1);
 }
 
 /// One thread's part of head hh of token t in the pair and lean kernels: rms over the head
-/// (butterfly over the g lanes in mask), (w + o) scaling with the factors factors(f0, f1)
+/// (butterfly over the g lanes in mask), (w + o) scaling with the weights weights(w0, w1)
 /// yields (called after the butterfly: the pair kernel loads them there, the lean kernel
-/// hands over ones it loaded with the data), rotation, store at y (the head's output); lane 0
-/// stores r.
-template <typename T, int V, bool kGptj, typename FactorsFn>
-__device__ __forceinline__ void qk_pair_head(const QkNormRopeArgs& args, T* y, int64_t t, int hh,
-                                             int oa, int ob, const RopeHeadRegs<T, V>& regs,
+/// hands over ones it loaded with the data), rotation, store at y = out() (the head's output,
+/// asked for after the rotation: the pair kernel's register allocation depends on that order);
+/// lane 0 stores r.
+template <typename T, int V, bool kGptj, typename OutFn, typename WeightsFn>
+__device__ __forceinline__ void qk_pair_head(const QkNormRopeArgs& args, OutFn&& out, int64_t t,
+                                             int hh, int oa, int ob, const RopeHeadRegs<T, V>& regs,
                                              const float (&c)[V], const float (&sn)[V],
-                                             unsigned mask, int g, FactorsFn&& factors) {
+                                             unsigned mask, int g, WeightsFn&& weights) {
   const RopeKernelArgs& a = args.rope;
   float x0[V], x1[V];
   widen<T, V>(regs.x0, x0);
@@ -381,14 +377,15 @@ __device__ __forceinline__ void qk_pair_head(const QkNormRopeArgs& args, T* y, i
   for (int i = 0; i < V; ++i) ss = __fmaf_rn(x1[i], x1[i], ss);
   ss = qk_group_sum(ss, mask, g);
   const float r = rms_rstd(ss, a.head_dim, args.eps);
-  float f0[V], f1[V];
-  factors(f0, f1);
+  float w0[V], w1[V];
+  weights(w0, w1);
 #pragma unroll
   for (int i = 0; i < V; ++i) {
-    x0[i] = rms_apply_exact(x0[i], r, f0[i]);
-    x1[i] = rms_apply_exact(x1[i], r, f1[i]);
+    x0[i] = rms_apply_exact(x0[i], r, w0[i] + args.weight_offset);
+    x1[i] = rms_apply_exact(x1[i], r, w1[i] + args.weight_offset);
   }
   rope_rotate_regs<V, kGptj>(x0, x1, c, sn);
+  T* y = out();
   store_pack<T, V>(y + oa, x0);
   store_pack<T, V>(y + ob, x1);
   if (threadIdx.x == 0) qk_store_rstd(args, t, hh, r);
@@ -407,8 +404,9 @@ __device__ __forceinline__ void qk_pair_token(const QkNormRopeArgs& args, int64_
       [&](int hh, int oa, int ob, const RopeHeadRegs<T, V>& regs, const float(&c)[V],
           const float(&sn)[V]) {
         qk_pair_head<T, V, kGptj>(
-            args, rope_out_head<T>(a, tp, hh), t, hh, oa, ob, regs, c, sn, mask, blockDim.x,
-            [&](float(&f0)[V], float(&f1)[V]) { qk_weight_factors<V>(args, hh, oa, ob, f0, f1); });
+            args, [&] { return rope_out_head<T>(a, tp, hh); }, t, hh, oa, ob, regs, c, sn, mask,
+            blockDim.x,
+            [&](float(&f0)[V], float(&f1)[V]) { qk_head_weights<V>(args, hh, oa, ob, f0, f1); });
       });
 }
 

@@ -10,7 +10,7 @@
 //    h + 8x .. h + 8x + 7, gptj 16x .. 16x + 15): two 16-byte loads and stores.
 //  - rms: qk_pair_head, as the pair kernel runs it: the lane's 16 squares in a fixed order, a
 //    butterfly over the row's g lanes (every lane the same bits), lane 0 stores r. So a head's
-//    bits are the pair kernel's. The lane's weight factors are loaded right after its position
+//    bits are the pair kernel's. The lane's weights are loaded right after its position
 //    and cos/sin, before the butterfly (the pair kernel loads them after it).
 // Each lane writes exactly the channels it read, after the whole head was read (the butterfly
 // follows every load), so in place is safe. The kernel waits for the previous kernel on the
@@ -38,15 +38,16 @@ __global__ void __launch_bounds__(core::kRopeLeanMaxThreads)
   RopeLeanItem<T> it;
   rope_lean_load<T, C, kGptj>(args.rope, it);
   float w0[V], w1[V];
-  qk_weight_factors<V>(args, it.hh, it.oa, it.ob, w0, w1);
-  qk_pair_head<T, V, kGptj>(args, it.y, it.t, it.hh, it.oa, it.ob, it.regs, it.c, it.sn, mask, g,
-                            [&](float(&f0)[V], float(&f1)[V]) {
+  qk_head_weights<V>(args, it.hh, it.oa, it.ob, w0, w1);
+  qk_pair_head<T, V, kGptj>(
+      args, [&] { return it.y; }, it.t, it.hh, it.oa, it.ob, it.regs, it.c, it.sn, mask, g,
+      [&](float(&f0)[V], float(&f1)[V]) {
 #pragma unroll
-                              for (int i = 0; i < V; ++i) {
-                                f0[i] = w0[i];
-                                f1[i] = w1[i];
-                              }
-                            });
+        for (int i = 0; i < V; ++i) {
+          f0[i] = w0[i];
+          f1[i] = w1[i];
+        }
+      });
 }
 
 }  // namespace ropenorm::cuda

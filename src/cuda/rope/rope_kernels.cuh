@@ -244,15 +244,18 @@ __device__ __forceinline__ T* rope_out_head(const RopeKernelArgs& a, const RopeT
   return hh < a.hq ? tp.q_out + hh * a.q_out.sh : tp.k_out + (hh - a.hq) * a.k_out.sh;
 }
 
-/// Rotates one head's loaded V-vectors (regs) by c, sn and stores them at y + oa and y + ob.
-template <typename T, int V, bool kGptj>
-__device__ __forceinline__ void rope_rotate_store(T* y, int oa, int ob,
+/// Rotates one head's loaded V-vectors (regs) by c, sn and stores them at y + oa and y + ob,
+/// y = out() (asked for after the rotation: the general kernel's register allocation depends
+/// on that order).
+template <typename T, int V, bool kGptj, typename OutFn>
+__device__ __forceinline__ void rope_rotate_store(OutFn&& out, int oa, int ob,
                                                   const RopeHeadRegs<T, V>& regs,
                                                   const float (&c)[V], const float (&sn)[V]) {
   float x0[V], x1[V];
   widen<T, V>(regs.x0, x0);
   widen<T, V>(regs.x1, x1);
   rope_rotate_regs<V, kGptj>(x0, x1, c, sn);
+  T* y = out();
   store_pack<T, V>(y + oa, x0);
   store_pack<T, V>(y + ob, x1);
 }
@@ -262,7 +265,7 @@ __device__ __forceinline__ void rope_store_head(const RopeKernelArgs& a, const R
                                                 int hh, int oa, int ob,
                                                 const RopeHeadRegs<T, V>& regs, const float (&c)[V],
                                                 const float (&sn)[V]) {
-  rope_rotate_store<T, V, kGptj>(rope_out_head<T>(a, tp, hh), oa, ob, regs, c, sn);
+  rope_rotate_store<T, V, kGptj>([&] { return rope_out_head<T>(a, tp, hh); }, oa, ob, regs, c, sn);
 }
 
 /// Copies V elements bit for bit (aligned as the launcher checked).

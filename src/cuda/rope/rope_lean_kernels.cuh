@@ -71,7 +71,8 @@ __global__ void __launch_bounds__(core::kRopeLeanMaxThreads)
   griddep_wait();
   RopeLeanItem<T> it;
   rope_lean_load<T, C, kGptj>(a, it);
-  rope_rotate_store<T, core::kRopeLeanVec, kGptj>(it.y, it.oa, it.ob, it.regs, it.c, it.sn);
+  rope_rotate_store<T, core::kRopeLeanVec, kGptj>([&] { return it.y; }, it.oa, it.ob, it.regs, it.c,
+                                                  it.sn);
 }
 
 }  // namespace ropenorm::cuda
