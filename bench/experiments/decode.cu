@@ -1,17 +1,22 @@
-// Decode experiment (H200): what sets the single-token time of RoPE and QK-norm + RoPE?
-// The library's rope and qk_norm_rope (bf16 q [T, 32, 128] and k [T, 8, 128], neox, f32 cos/sin
-// cache of P rows, random int64 positions, out of place, no rstd saved) against lean kernels for
-// exactly that case: one block per token, thread (x, y) owns pair vector x (8 pairs: channels
-// 8x .. 8x + 7 and 64 + 8x ..) of head y (q heads, then k heads); the same rotation
-// (rope_rotate_pair), the same per-lane sum order and butterfly (QK: 16 squares, then xor 4, 2,
-// 1 over the head's 8 lanes) and the same rounding, so the same bits. Each lean kernel runs with
-// and without griddep_launch_dependents() right after its griddep_wait(): with it the next
-// launch of a graph starts while this one runs (the library's RMSNorm kernels do this; its RoPE
-// and QK-norm + RoPE kernels do not: at b444e66 this program measured the trigger 0.06-0.25 us
-// slower for the lean kernels up to T = 256, and the main job no faster for the general ones).
-// The library itself runs its own lean kernels up to core::kRopeLeanMaxTokens tokens
-// (rope_lean_kernel, qk_norm_rope_lean_kernel) and its general kernels above, so the rows above
-// that bound ask whether the bound should rise. Graph-replay medians for T <= 256, cold-L2 event medians above. Not part of the build:
+// Decode and short-run experiment (H200): what sets the time of RoPE and QK-norm + RoPE at few
+// tokens, and up to which T should the library's lean kernels serve?
+// bf16 q [T, 32, 128] and k [T, 8, 128], neox, f32 cos/sin cache of P rows, random int64
+// positions, out of place, no rstd saved. Per T, five runs of the same inputs:
+//  - library: the public rope / qk_norm_rope call (lean kernels up to core::kRopeLeanMaxTokens
+//    tokens, general ones above);
+//  - lean: the library's lean kernel forced at this T (core::plan_rope_lean, launched through
+//    the library's own typed launcher), general: its general kernel forced (plan_rope; the QK
+//    pair kernel);
+//  - fixed, fixed+trigger: kernels for exactly this shape: one block per token, thread (x, y)
+//    owns pair vector x (8 pairs: channels 8x .. 8x + 7 and 64 + 8x ..) of head y (q heads,
+//    then k heads); the same rotation (rope_rotate_pair), per-lane sum order and butterfly (QK:
+//    16 squares, then xor 4, 2, 1 over the head's 8 lanes) and rounding. "+trigger" adds
+//    griddep_launch_dependents() right after griddep_wait() (the library's RMSNorm kernels do
+//    this; its RoPE and QK-norm + RoPE kernels do not: at b444e66 this program measured the
+//    trigger 0.06-0.25 us slower for the fixed kernels up to T = 256, and the main job no faster
+//    for the general ones).
+// Every run's output is compared bit for bit with the library call's. Graph-replay medians for
+// T <= 256, cold-L2 event medians above. Not part of the build:
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90,code=sm_90 -Iinclude -Isrc \
 //        bench/experiments/decode.cu build/libropenorm.a -o decode
 #include <cuda_runtime.h>
@@ -21,10 +26,18 @@
 #include <random>
 #include <vector>
 
+#include "core/qk_norm_rope_plan.h"
+#include "core/qk_norm_rope_validate.h"
+#include "core/rope_plan.h"
+#include "core/rope_validate.h"
 #include "cuda/common/dtype.cuh"
 #include "cuda/common/pdl.cuh"
+#include "cuda/qk_norm_rope/qk_norm_rope_host.h"
+#include "cuda/qk_norm_rope/qk_norm_rope_typed.h"
 #include "cuda/rms_norm/rms_norm_math.cuh"
+#include "cuda/rope/rope_host.h"
 #include "cuda/rope/rope_math.cuh"
+#include "cuda/rope/rope_typed.h"
 #include "experiment_timing.cuh"
 #include "reference/host_float.h"
 #include "ropenorm/qk_norm_rope.h"
@@ -116,7 +129,7 @@ float time_at(int64_t t, F f) {
 }  // namespace
 
 int main() {
-  const int64_t max_t = 4096, table = 4096;
+  const int64_t max_t = 65536, table = 4096;
   const size_t qn = max_t * kHq * kD, kn = max_t * kHk * kD;
   std::mt19937_64 rng(20261202);
   std::uniform_real_distribution<float> ud(-2.0f, 2.0f);
@@ -150,39 +163,66 @@ int main() {
   CK(cudaMemcpy(pos, hp.data(), max_t * 8, cudaMemcpyHostToDevice));
   const LeanArgs la{q, k, qo2, ko2, cache, pos, w, w + kD};
 
-  std::printf("lean kernel registers: rope %d, qk %d\n",
+  std::printf("fixed kernel registers: rope %d, qk %d\n",
               regs_of(reinterpret_cast<const void*>(lean_kernel<false, true>)),
               regs_of(reinterpret_cast<const void*>(lean_kernel<true, true>)));
   std::printf("copy bandwidth %.1f GB/s\n", copy_bandwidth_gbps(size_t{1} << 30));
+  std::vector<uint16_t> a(qn + kn), b(qn + kn);
   for (bool norm : {false, true}) {
-    for (int64_t t :
-         {int64_t{1}, int64_t{8}, int64_t{64}, int64_t{256}, int64_t{1024}, int64_t{4096}}) {
+    for (int64_t t : {int64_t{1}, int64_t{8}, int64_t{64}, int64_t{256}, int64_t{1024},
+                      int64_t{4096}, int64_t{16384}, int64_t{65536}}) {
       const Device dev = Device::cuda(0);
-      const TensorRef tq = TensorRef::contiguous(q, DType::kBFloat16, {t, kHq, kD}, dev);
-      const TensorRef tk = TensorRef::contiguous(k, DType::kBFloat16, {t, kHk, kD}, dev);
-      const TensorRef tqo = TensorRef::contiguous(qo, DType::kBFloat16, {t, kHq, kD}, dev);
-      const TensorRef tko = TensorRef::contiguous(ko, DType::kBFloat16, {t, kHk, kD}, dev);
-      const TensorRef twq = TensorRef::contiguous(w, DType::kBFloat16, {kD}, dev);
-      const TensorRef twk = TensorRef::contiguous(w + kD, DType::kBFloat16, {kD}, dev);
-      RopePositions rp;
-      rp.positions = TensorRef::contiguous(pos, DType::kInt64, {t}, dev);
-      RopeCosSin cs;
-      cs.kind = CosSinKind::kCache;
-      cs.cache = TensorRef::contiguous(cache, DType::kFloat32, {table, kD}, dev);
-      RopeParams prm;
-      prm.style = RopeStyle::kNeox;
-      QkNormParams np;
-      np.eps = kEps;
+      core::QkNormRopeCall c;
+      core::RopeCall& r = c.rope;
+      r.q = TensorRef::contiguous(q, DType::kBFloat16, {t, kHq, kD}, dev);
+      r.k = TensorRef::contiguous(k, DType::kBFloat16, {t, kHk, kD}, dev);
+      r.q_out = TensorRef::contiguous(qo, DType::kBFloat16, {t, kHq, kD}, dev);
+      r.k_out = TensorRef::contiguous(ko, DType::kBFloat16, {t, kHk, kD}, dev);
+      r.positions.positions = TensorRef::contiguous(pos, DType::kInt64, {t}, dev);
+      r.cos_sin.kind = CosSinKind::kCache;
+      r.cos_sin.cache = TensorRef::contiguous(cache, DType::kFloat32, {table, kD}, dev);
+      r.params.style = RopeStyle::kNeox;
+      c.wq = TensorRef::contiguous(w, DType::kBFloat16, {kD}, dev);
+      c.wk = TensorRef::contiguous(w + kD, DType::kBFloat16, {kD}, dev);
+      c.norm.eps = kEps;
       auto lib = [&](cudaStream_t st) {
         if (norm) {
-          check(qk_norm_rope(tq, tk, twq, twk, tqo, tko, TensorRef(), TensorRef(), rp, cs, prm, np,
-                             st),
+          check(qk_norm_rope(r.q, r.k, c.wq, c.wk, r.q_out, r.k_out, TensorRef(), TensorRef(),
+                             r.positions, r.cos_sin, r.params, c.norm, st),
                 "qk_norm_rope");
         } else {
-          check(rope(tq, tk, tqo, tko, rp, cs, prm, st), "rope");
+          check(rope(r.q, r.k, r.q_out, r.k_out, r.positions, r.cos_sin, r.params, st), "rope");
         }
       };
-      auto lean = [&](bool trigger) {
+
+      // The library's own kernels under a chosen plan, writing to qo2 / ko2.
+      core::RopeGeometry g;
+      check(norm ? core::validate_qk_norm_rope(c, -1, &g) : core::validate_rope(r, -1, &g),
+            "validate");
+      core::QkNormRopeCall c2 = c;
+      c2.rope.q_out.data = qo2;
+      c2.rope.k_out.data = ko2;
+      cuda::QkNormRopeArgs qa{};
+      core::QkNormRopeFacts facts;
+      cuda::fill_qk_norm_rope_args(c2, g, &qa, &facts);
+      const core::RopePlan lean_plan =
+          core::plan_rope_lean(g.seq, g.tokens / g.seq, facts.heads, g.rotary_dim / 2);
+      const core::RopePlan general_plan =
+          core::plan_rope(g.tokens, facts.heads, g.rotary_dim / 2, facts.access_width);
+      auto forced = [&](bool lean) {
+        return [&, lean](cudaStream_t st) {
+          if (norm) {
+            core::QkNormRopePlan p;
+            p.kernel = lean ? core::QkKernel::kLean : core::QkKernel::kPair;
+            p.rope = lean ? lean_plan : general_plan;
+            check(cuda::launch_qk_norm_rope_typed<bf16>(qa, p, st), "qk launch");
+          } else {
+            check(cuda::launch_rope_typed<bf16>(qa.rope, lean ? lean_plan : general_plan, st),
+                  "rope launch");
+          }
+        };
+      };
+      auto fixed = [&](bool trigger) {
         return [&, trigger](cudaStream_t st) {
           const auto kern = norm ? (trigger ? lean_kernel<true, true> : lean_kernel<true, false>)
                                  : (trigger ? lean_kernel<false, true> : lean_kernel<false, false>);
@@ -190,29 +230,34 @@ int main() {
                              la));
         };
       };
+      const size_t nq = t * kHq * kD, nk = t * kHk * kD;
+      // Elements of qo2 / ko2 that differ from the library call's qo / ko after run(nullptr).
+      auto differ_after = [&](auto run) {
+        CK(cudaMemset(qo2, 0xff, qn * 2));
+        CK(cudaMemset(ko2, 0xff, kn * 2));
+        run(nullptr);
+        CK(cudaDeviceSynchronize());
+        CK(cudaMemcpy(b.data(), qo2, nq * 2, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(b.data() + qn, ko2, nk * 2, cudaMemcpyDeviceToHost));
+        size_t n = 0;
+        for (size_t i = 0; i < nq; ++i) n += a[i] != b[i];
+        for (size_t i = 0; i < nk; ++i) n += a[qn + i] != b[qn + i];
+        return n;
+      };
       CK(cudaMemset(qo, 0xff, qn * 2));
-      CK(cudaMemset(qo2, 0xff, qn * 2));
       CK(cudaMemset(ko, 0xff, kn * 2));
-      CK(cudaMemset(ko2, 0xff, kn * 2));
       lib(nullptr);
-      lean(true)(nullptr);
       CK(cudaDeviceSynchronize());
-      std::vector<uint16_t> a(qn + kn), b(qn + kn);
-      CK(cudaMemcpy(a.data(), qo, t * kHq * kD * 2, cudaMemcpyDeviceToHost));
-      CK(cudaMemcpy(a.data() + qn, ko, t * kHk * kD * 2, cudaMemcpyDeviceToHost));
-      CK(cudaMemcpy(b.data(), qo2, t * kHq * kD * 2, cudaMemcpyDeviceToHost));
-      CK(cudaMemcpy(b.data() + qn, ko2, t * kHk * kD * 2, cudaMemcpyDeviceToHost));
-      size_t differ = 0;
-      for (int64_t i = 0; i < t * kHq * kD; ++i) differ += a[i] != b[i];
-      for (int64_t i = 0; i < t * kHk * kD; ++i) differ += a[qn + i] != b[qn + i];
-      const float t_lib = time_at(t, lib);
-      const float t_lean = time_at(t, lean(true));
-      const float t_lean_nt = time_at(t, lean(false));
+      CK(cudaMemcpy(a.data(), qo, nq * 2, cudaMemcpyDeviceToHost));
+      CK(cudaMemcpy(a.data() + qn, ko, nk * 2, cudaMemcpyDeviceToHost));
+      const size_t differ = differ_after(forced(true)) + differ_after(forced(false)) +
+                            differ_after(fixed(false)) + differ_after(fixed(true));
       std::printf(
-          "%-12s T=%5lld %s: library %7.2f us | lean %7.2f us | lean, no early trigger %7.2f us "
-          "| %zu of %lld elements differ\n",
+          "%-12s T=%5lld %s: library %8.2f | lean %8.2f | general %8.2f | fixed %8.2f | "
+          "fixed+trigger %8.2f us | %zu elements differ (4 runs of %zu)\n",
           norm ? "qk_norm_rope" : "rope", static_cast<long long>(t), t <= 256 ? "graph" : "cold ",
-          t_lib, t_lean, t_lean_nt, differ, static_cast<long long>(t * (kHq + kHk) * kD));
+          time_at(t, lib), time_at(t, forced(true)), time_at(t, forced(false)),
+          time_at(t, fixed(false)), time_at(t, fixed(true)), differ, nq + nk);
     }
   }
   return 0;

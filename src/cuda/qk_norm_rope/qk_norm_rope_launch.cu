@@ -12,6 +12,7 @@
 #include "core/qk_norm_rope_validate.h"
 #include "core/rope_validate.h"
 #include "cuda/common/dtype.cuh"
+#include "cuda/qk_norm_rope/qk_norm_rope_host.h"
 #include "cuda/qk_norm_rope/qk_norm_rope_typed.h"
 #include "cuda/rope/rope_host.h"
 #include "ropenorm/qk_norm_rope.h"
@@ -52,30 +53,8 @@ Status qk_norm_rope(const TensorRef& q, const TensorRef& k, const TensorRef& wq,
   if (rope_params.check_positions) ROPENORM_TRY(cuda::check_positions_on_host(kOp, c.rope, g, s));
 
   cuda::QkNormRopeArgs qa{};
-  cuda::RopeKernelArgs& a = qa.rope;
-  cuda::fill_rope_args(c.rope, g, &a);
-
-  qa.wq = wq.data;
-  qa.wk = wk.data;
-  qa.wq_dtype = wq.dtype;
-  qa.wk_dtype = wk.dtype;
-  qa.eps = norm_params.eps;
-  qa.weight_offset = norm_params.weight_offset;
-  qa.q_rstd = q_rstd.defined() ? static_cast<float*>(q_rstd.data) : nullptr;
-  qa.k_rstd = k_rstd.defined() ? static_cast<float*>(k_rstd.data) : nullptr;
-  qa.slots = static_cast<int>(g.head_dim / 2);
-
   core::QkNormRopeFacts facts;
-  facts.elem_size = static_cast<int>(dtype_size(q.dtype));
-  facts.access_width = cuda::rope_access_width(c.rope, g, a);
-  facts.weights_aligned16 = reinterpret_cast<uintptr_t>(wq.data) % 16 == 0 &&
-                            reinterpret_cast<uintptr_t>(wk.data) % 16 == 0;
-  facts.tokens = g.tokens;
-  facts.seq = g.seq;
-  facts.heads = g.hq + g.hk;
-  facts.head_dim = g.head_dim;
-  facts.rotary_dim = g.rotary_dim;
-  facts.cos_sin_loaded = a.source != cuda::RopeSource::kInvFreq;
+  cuda::fill_qk_norm_rope_args(c, g, &qa, &facts);
   const core::QkNormRopePlan plan = core::plan_qk_norm_rope(facts);
   qa.group = plan.group;
   qa.groups_per_token = plan.groups_per_token;
