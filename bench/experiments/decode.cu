@@ -231,25 +231,24 @@ int main() {
         };
       };
       const size_t nq = t * kHq * kD, nk = t * kHk * kD;
-      // Elements of qo2 / ko2 that differ from the library call's qo / ko after run(nullptr).
-      auto differ_after = [&](auto run) {
-        CK(cudaMemset(qo2, 0xff, qn * 2));
-        CK(cudaMemset(ko2, 0xff, kn * 2));
+      // Poisons (yq, yk), runs run(nullptr) and copies the outputs to host (q then k at qn).
+      auto run_to_host = [&](auto run, bf16* yq, bf16* yk, std::vector<uint16_t>& host) {
+        CK(cudaMemset(yq, 0xff, qn * 2));
+        CK(cudaMemset(yk, 0xff, kn * 2));
         run(nullptr);
         CK(cudaDeviceSynchronize());
-        CK(cudaMemcpy(b.data(), qo2, nq * 2, cudaMemcpyDeviceToHost));
-        CK(cudaMemcpy(b.data() + qn, ko2, nk * 2, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(host.data(), yq, nq * 2, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(host.data() + qn, yk, nk * 2, cudaMemcpyDeviceToHost));
+      };
+      // Elements of qo2 / ko2 that differ from the library call's after run(nullptr).
+      auto differ_after = [&](auto run) {
+        run_to_host(run, qo2, ko2, b);
         size_t n = 0;
         for (size_t i = 0; i < nq; ++i) n += a[i] != b[i];
         for (size_t i = 0; i < nk; ++i) n += a[qn + i] != b[qn + i];
         return n;
       };
-      CK(cudaMemset(qo, 0xff, qn * 2));
-      CK(cudaMemset(ko, 0xff, kn * 2));
-      lib(nullptr);
-      CK(cudaDeviceSynchronize());
-      CK(cudaMemcpy(a.data(), qo, nq * 2, cudaMemcpyDeviceToHost));
-      CK(cudaMemcpy(a.data() + qn, ko, nk * 2, cudaMemcpyDeviceToHost));
+      run_to_host(lib, qo, ko, a);
       const size_t differ = differ_after(forced(true)) + differ_after(forced(false)) +
                             differ_after(fixed(false)) + differ_after(fixed(true));
       std::printf(
