@@ -15,8 +15,9 @@
 //    this; its RoPE and QK-norm + RoPE kernels do not: at b444e66 this program measured the
 //    trigger 0.06-0.25 us slower for the fixed kernels up to T = 256, and the main job no faster
 //    for the general ones).
-// Every run's output is compared bit for bit with the library call's. Graph-replay medians for
-// T <= 256, cold-L2 event medians above. Not part of the build:
+// Every run's output is compared bit for bit with the library call's. Last, the QK fixed kernel
+// with the library lean kernel's run-time generalities one at a time (Dyn), at T = 1 and 64.
+// Graph-replay medians for T <= 256, cold-L2 event medians above. Not part of the build:
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90,code=sm_90 -Iinclude -Isrc \
 //        bench/experiments/decode.cu build/libropenorm.a -o decode
 #include <cuda_runtime.h>
@@ -61,10 +62,15 @@ struct LeanArgs {
   const int64_t* pos;
   const bf16* wq;  // QK only
   const bf16* wk;
+  DType w_dtype;  // kDynW: the weights' dtype, read at run time (kBFloat16 here)
+  int head_dim;   // kDynN: D, read at run time (kD here)
 };
 
-// Block (kLanes, kHq + kHk), one token per block (grid x = T). kNorm: QK-norm + RoPE.
-template <bool kNorm, bool kTrigger>
+// Block (kLanes, kHq + kHk), one token per block (grid x = T). kNorm: QK-norm + RoPE. The QK
+// kernel's run-time generalities, one switch each (the library's lean QK kernel has all three):
+// kDynG the butterfly's width from blockDim.x, kDynW the weights loaded through load_pack_dyn,
+// kDynN the mean's divisor D from the arguments (a true division; a constant 128 is a multiply).
+template <bool kNorm, bool kTrigger, bool kDynG = false, bool kDynW = false, bool kDynN = false>
 __global__ void __launch_bounds__(kLanes*(kHq + kHk)) lean_kernel(const LeanArgs a) {
   const int64_t t = blockIdx.x;
   const int j = threadIdx.x, h = threadIdx.y;
@@ -86,14 +92,20 @@ __global__ void __launch_bounds__(kLanes*(kHq + kHk)) lean_kernel(const LeanArgs
     for (int i = 0; i < kV; ++i) ss = __fmaf_rn(x0[i], x0[i], ss);
 #pragma unroll
     for (int i = 0; i < kV; ++i) ss = __fmaf_rn(x1[i], x1[i], ss);
-    const int lane = (threadIdx.y * kLanes + threadIdx.x) & 31;
-    const unsigned mask = ((1u << kLanes) - 1u) << (lane & ~(kLanes - 1));
-    for (int off = kLanes >> 1; off > 0; off >>= 1) ss += __shfl_xor_sync(mask, ss, off);
-    const float r = rms_rstd(ss, kD, kEps);
+    const int g = kDynG ? static_cast<int>(blockDim.x) : kLanes;
+    const int lane = (threadIdx.y * g + threadIdx.x) & 31;
+    const unsigned mask = ((1u << g) - 1u) << (lane & ~(g - 1));
+    for (int off = g >> 1; off > 0; off >>= 1) ss += __shfl_xor_sync(mask, ss, off);
+    const float r = rms_rstd(ss, kDynN ? a.head_dim : kD, kEps);
     float w0[kV], w1[kV];
     const bf16* w = is_q ? a.wq : a.wk;
-    load_pack<bf16, kV>(w + j * kV, w0);
-    load_pack<bf16, kV>(w + kHalf + j * kV, w1);
+    if constexpr (kDynW) {
+      load_pack_dyn<kV>(w, a.w_dtype, j * kV, w0);
+      load_pack_dyn<kV>(w, a.w_dtype, kHalf + j * kV, w1);
+    } else {
+      load_pack<bf16, kV>(w + j * kV, w0);
+      load_pack<bf16, kV>(w + kHalf + j * kV, w1);
+    }
 #pragma unroll
     for (int i = 0; i < kV; ++i) {
       x0[i] = rms_apply_exact(x0[i], r, w0[i]);
@@ -161,7 +173,7 @@ int main() {
   CK(cudaMemcpy(w, hw.data(), 2 * kD * 2, cudaMemcpyHostToDevice));
   CK(cudaMemcpy(cache, hc.data(), hc.size() * 4, cudaMemcpyHostToDevice));
   CK(cudaMemcpy(pos, hp.data(), max_t * 8, cudaMemcpyHostToDevice));
-  const LeanArgs la{q, k, qo2, ko2, cache, pos, w, w + kD};
+  const LeanArgs la{q, k, qo2, ko2, cache, pos, w, w + kD, DType::kBFloat16, kD};
 
   std::printf("fixed kernel registers: rope %d, qk %d\n",
               regs_of(reinterpret_cast<const void*>(lean_kernel<false, true>)),
@@ -258,6 +270,23 @@ int main() {
           time_at(t, lib), time_at(t, forced(true)), time_at(t, forced(false)),
           time_at(t, fixed(false)), time_at(t, fixed(true)), differ, nq + nk);
     }
+  }
+  // The QK fixed kernel with the library lean kernel's run-time generalities one at a time.
+  for (int64_t t : {int64_t{1}, int64_t{64}}) {
+    auto run = [&](auto kern) {
+      return [&, kern](cudaStream_t st) {
+        CK(launch_with_pdl(kern, dim3(static_cast<unsigned>(t)), dim3(kLanes, kHq + kHk), 0, st,
+                           la));
+      };
+    };
+    std::printf(
+        "qk fixed T=%lld graph: %.2f | run-time butterfly width %.2f | run-time weight dtype "
+        "%.2f | run-time divisor D %.2f | all three %.2f us\n",
+        static_cast<long long>(t), time_graph(run(lean_kernel<true, false>)),
+        time_graph(run(lean_kernel<true, false, true, false, false>)),
+        time_graph(run(lean_kernel<true, false, false, true, false>)),
+        time_graph(run(lean_kernel<true, false, false, false, true>)),
+        time_graph(run(lean_kernel<true, false, true, true, true>)));
   }
   return 0;
 }
