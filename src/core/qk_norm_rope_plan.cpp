@@ -29,7 +29,8 @@ QkNormRopePlan plan_qk_norm_rope(const QkNormRopeFacts& f) {
     lf.head_dim = f.head_dim;
     if (rope_lean(lf)) {
       p.kernel = QkKernel::kLean;
-      p.rope = plan_rope_lean(f.seq, f.tokens / f.seq, f.heads, half);
+      const int64_t seq = f.seq > 0 ? f.seq : f.tokens;
+      p.rope = plan_rope_lean(seq, f.tokens / seq, f.heads, half);
       return p;
     }
     p.kernel = QkKernel::kPair;

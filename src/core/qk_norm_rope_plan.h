@@ -27,7 +27,7 @@ struct QkNormRopeFacts {
   int access_width = 1;            ///< widest vector every q/k/out/cos-sin operand allows (rope)
   bool weights_aligned16 = false;  ///< wq and wk both 16-byte aligned
   int64_t tokens = 0;
-  int64_t seq = 0;              ///< S, tokens per sequence (T for a 3-D q)
+  int64_t seq = 0;              ///< S, tokens per sequence (T for a 3-D q); 0: one sequence
   int64_t heads = 0;            ///< Hq + Hk
   int64_t head_dim = 0;         ///< D
   int64_t rotary_dim = 0;       ///< R

@@ -47,7 +47,8 @@ struct RopePlan {
   bool long_run = false;
   /// The lean short-run kernel (rope_lean / plan_rope_lean): one block per token, thread
   /// (x, y) owns pair vector x of head y, no loops, no pass-through channels. Its grid is
-  /// (S, B): grid = S (tokens of a sequence), head_groups = B (sequences).
+  /// (S, B), so for a lean plan grid = S (tokens of a sequence), head_groups = B (sequences, not
+  /// head groups), by = Hq + Hk (one head per thread row, not kRopeHeadsPerThread) and bz = 1.
   bool lean = false;
 };
 

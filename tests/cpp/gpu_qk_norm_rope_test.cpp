@@ -197,6 +197,50 @@ TEST(GpuQkNormRope, LongRuns) {
   ASSERT_NO_FATAL_FAILURE(expect_token_alone_same_bits(c, in, a, c.rope.seq - 1));
 }
 
+// The lean short-run kernel (a token alone) gives the pair kernel's bits (the same token in a
+// run past kRopeLeanMaxTokens) in both styles, both directions, f16 and bf16 data, f32 / bf16 /
+// f16 tables and bf16 / f32 weights with an offset.
+TEST(GpuQkNormRope, LeanKernelMatchesPairKernel) {
+  ROPENORM_REQUIRE_GPU();
+  struct Variant {
+    DType dtype;
+    RopeStyle style;
+    bool inverse;
+    CosSinKind source;
+    DType cs_dtype;
+    DType w_dtype;
+    int64_t head_dim;
+  };
+  const Variant variants[] = {
+      {DType::kBFloat16, RopeStyle::kGptj, false, CosSinKind::kCache, DType::kBFloat16,
+       DType::kBFloat16, 128},
+      {DType::kFloat16, RopeStyle::kNeox, true, CosSinKind::kHfCosSin, DType::kFloat16,
+       DType::kFloat32, 64},
+      {DType::kBFloat16, RopeStyle::kGptj, true, CosSinKind::kHfCosSin, DType::kFloat32,
+       DType::kBFloat16, 256},
+  };
+  uint64_t seed = 450;
+  for (const Variant& v : variants) {
+    QkNormRopeCase c;
+    c.rope.seq = core::kRopeLeanMaxTokens + 9;
+    c.rope.hq = 32;
+    c.rope.hk = 8;
+    c.rope.head_dim = v.head_dim;
+    c.rope.dtype = v.dtype;
+    c.rope.style = v.style;
+    c.rope.inverse = v.inverse;
+    c.rope.source = v.source;
+    c.rope.cs_dtype = v.cs_dtype;
+    c.rope.layout = RopeLayout::kPackedQkv;
+    c.w_dtype = v.w_dtype;
+    c.weight_offset = 1.0f;
+    c.rope.seed = seed++;
+    const auto in = verify::make_inputs(c);
+    const auto a = expect_pass(c, in);
+    ASSERT_NO_FATAL_FAILURE(expect_token_alone_same_bits(c, in, a, 5));
+  }
+}
+
 // A head's output bits depend only on its own input, its position and the weights: not on T,
 // not on the other heads. The T of the full run is past kRopeLeanMaxTokens, so for D = 256 the
 // pair kernel's bits meet the lean kernel's (the token alone).

@@ -133,7 +133,7 @@ TEST(GpuRope, PositionKinds) {
   uint64_t seed = 500;
   for (RopePosKind pk :
        {RopePosKind::kI32, RopePosKind::kI64, RopePosKind::kArange, RopePosKind::kArangeSeqOffs}) {
-    for (int64_t batch : {0, 1, 5}) {
+    for (int64_t batch : {0, 1, 2, 5}) {  // 2: B x S within the lean kernel's bound, 5 past it
       for (bool flat : {false, true}) {
         if (flat &&
             (batch == 0 || pk == RopePosKind::kArange || pk == RopePosKind::kArangeSeqOffs)) {
@@ -257,7 +257,9 @@ TEST(GpuRope, MisalignedStorageOffset) {
 // More rows of heads than a block holds: the heads are split over head groups (grid y), each
 // with its share of the pass-through channels. Aligned D 256 (16 lanes per head, 40 heads: 2
 // groups), 64 q + 8 kv heads at D 128 (2 groups), and the scalar path (storage offset 1, 32
-// lanes per head: 3 groups) with pass-through channels, in place and out of place.
+// lanes per head: 3 groups) with pass-through channels, in place and out of place. Each at
+// 2 x 5 tokens (the aligned full-rotary shapes take the lean kernel there: one block per token,
+// up to 1024 threads) and 2 x 40 (past kRopeLeanMaxTokens: the general kernel's head groups).
 TEST(GpuRope, HeadGroups) {
   ROPENORM_REQUIRE_GPU();
   struct Shape {
@@ -269,19 +271,21 @@ TEST(GpuRope, HeadGroups) {
         Shape{32, 8, 128, 64, 1}, Shape{61, 3, 256, 192, 1}}) {
     for (bool in_place : {false, true}) {
       for (RopeStyle style : {RopeStyle::kNeox, RopeStyle::kGptj}) {
-        RopeCase c;
-        c.batch = 2;
-        c.seq = 5;
-        c.hq = sh.hq;
-        c.hk = sh.hk;
-        c.head_dim = sh.d;
-        c.rotary_dim = sh.r;
-        c.storage_offset = sh.offset;
-        c.layout = RopeLayout::kPackedQkv;
-        c.in_place = in_place;
-        c.style = style;
-        c.seed = seed++;
-        expect_pass(c);
+        for (int64_t seq : {int64_t{5}, core::kRopeLeanMaxTokens / 2 + 8}) {
+          RopeCase c;
+          c.batch = 2;
+          c.seq = seq;
+          c.hq = sh.hq;
+          c.hk = sh.hk;
+          c.head_dim = sh.d;
+          c.rotary_dim = sh.r;
+          c.storage_offset = sh.offset;
+          c.layout = RopeLayout::kPackedQkv;
+          c.in_place = in_place;
+          c.style = style;
+          c.seed = seed++;
+          expect_pass(c);
+        }
       }
     }
   }

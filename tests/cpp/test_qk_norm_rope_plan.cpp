@@ -57,6 +57,20 @@ TEST(CpuQkNormRopePlan, LeanKernelForShortRunsWithLoadedCosSin) {
             QkKernel::kPair);
   EXPECT_EQ(plan_qk_norm_rope(facts(1, 40, 128, 128, 8, 2, true, false)).kernel, QkKernel::kPair);
   EXPECT_EQ(plan_qk_norm_rope(facts(1, 160, 256, 256, 8, 2, true, true)).kernel, QkKernel::kPair);
+  // The bound counts tokens (B x S), and the grid is (S, B); seq 0 stands for one sequence.
+  QkNormRopeFacts f = facts(kRopeLeanMaxTokens, 40, 128, 128, 8, 2, true, true);
+  f.seq = kRopeLeanMaxTokens / 4;
+  p = plan_qk_norm_rope(f);
+  EXPECT_EQ(p.kernel, QkKernel::kLean);
+  EXPECT_EQ(p.rope.grid, kRopeLeanMaxTokens / 4);
+  EXPECT_EQ(p.rope.head_groups, 4);
+  f.seq = 0;
+  p = plan_qk_norm_rope(f);
+  EXPECT_EQ(p.rope.grid, kRopeLeanMaxTokens);
+  EXPECT_EQ(p.rope.head_groups, 1);
+  f = facts(kRopeLeanMaxTokens + 1, 40, 128, 128, 8, 2, true, true);
+  f.seq = 1;  // 65 sequences of one token
+  EXPECT_EQ(plan_qk_norm_rope(f).kernel, QkKernel::kPair);
   // Where the pair kernel does not apply, neither does the lean one.
   EXPECT_EQ(plan_qk_norm_rope(facts(1, 40, 128, 64, 8, 2, true, true)).kernel, QkKernel::kVector);
   EXPECT_EQ(plan_qk_norm_rope(facts(1, 40, 128, 128, 8, 2, false, true)).kernel, QkKernel::kVector);

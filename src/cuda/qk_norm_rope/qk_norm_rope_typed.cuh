@@ -1,9 +1,10 @@
 // Per-dtype launch of the fused QK-norm + RoPE kernel: picks the instantiation for the plan's
 // kernel (and slots per lane) and launches it on the caller's stream. Included by exactly one .cu
-// per q/k dtype. The weight dtype, the cos/sin source and dtype and the direction are run-time
-// switches inside the kernels (uniform branches), so each dtype has four scalar kernels (slots
-// per lane 1, 2, 4, 8) and, for 16-bit types, the vector kernel, the pair kernel per style
-// (single-round or looping) and the lean kernel per style and cos/sin table dtype.
+// per q/k dtype. The weight dtype, the cos/sin source and the direction are run-time switches
+// inside the kernels (uniform branches), and so is the cos/sin table dtype except in the lean
+// kernel, where it is a template argument: each dtype has four scalar kernels (slots per lane
+// 1, 2, 4, 8) and, for 16-bit types, the vector kernel, the pair kernel per style (single-round
+// or looping) and the lean kernel per style and cos/sin table dtype.
 #pragma once
 
 #include <cuda_runtime.h>
