@@ -39,6 +39,7 @@
 #include "cuda/rope/rope_host.h"
 #include "cuda/rope/rope_math.cuh"
 #include "cuda/rope/rope_typed.h"
+#include "decode_inputs.cuh"
 #include "experiment_timing.cuh"
 #include "reference/host_float.h"
 #include "ropenorm/qk_norm_rope.h"
@@ -119,19 +120,6 @@ __global__ void __launch_bounds__(kLanes*(kHq + kHk)) lean_kernel(const LeanArgs
   store_pack<bf16, kV>(dst + kHalf + j * kV, y1);
 }
 
-int regs_of(const void* f) {
-  cudaFuncAttributes fa;
-  CK(cudaFuncGetAttributes(&fa, f));
-  return fa.numRegs;
-}
-
-void check(const Status& st, const char* what) {
-  if (!st.ok()) {
-    std::printf("%s: %s\n", what, st.message().c_str());
-    std::exit(1);
-  }
-}
-
 template <typename F>
 float time_at(int64_t t, F f) {
   if (t <= 256) return time_graph(f);
@@ -144,35 +132,14 @@ int main() {
   const int64_t max_t = 65536, table = 4096;
   const size_t qn = max_t * kHq * kD, kn = max_t * kHk * kD;
   std::mt19937_64 rng(20261202);
-  std::uniform_real_distribution<float> ud(-2.0f, 2.0f);
-  std::vector<uint16_t> hq(qn), hk(kn), hw(2 * kD);
-  for (auto& v : hq) v = ref::double_to_bf16_bits(ud(rng));
-  for (auto& v : hk) v = ref::double_to_bf16_bits(ud(rng));
-  for (auto& v : hw) v = ref::double_to_bf16_bits(ud(rng));
-  std::vector<float> hc(table * kD);
-  RopeConfig rc;
-  rc.rotary_dim = kD;
-  check(build_rope_cache(rc, table, DType::kFloat32, hc.data()), "cache");
-  std::vector<int64_t> hp(max_t);
-  for (auto& v : hp) v = static_cast<int64_t>(rng() % table);
-
-  bf16 *q, *k, *qo, *ko, *qo2, *ko2, *w;
-  float* cache;
-  int64_t* pos;
-  CK(cudaMalloc(&q, qn * 2));
-  CK(cudaMalloc(&k, kn * 2));
-  CK(cudaMalloc(&qo, qn * 2));
-  CK(cudaMalloc(&ko, kn * 2));
-  CK(cudaMalloc(&qo2, qn * 2));
-  CK(cudaMalloc(&ko2, kn * 2));
-  CK(cudaMalloc(&w, 2 * kD * 2));
-  CK(cudaMalloc(&cache, hc.size() * 4));
-  CK(cudaMalloc(&pos, max_t * 8));
-  CK(cudaMemcpy(q, hq.data(), qn * 2, cudaMemcpyHostToDevice));
-  CK(cudaMemcpy(k, hk.data(), kn * 2, cudaMemcpyHostToDevice));
-  CK(cudaMemcpy(w, hw.data(), 2 * kD * 2, cudaMemcpyHostToDevice));
-  CK(cudaMemcpy(cache, hc.data(), hc.size() * 4, cudaMemcpyHostToDevice));
-  CK(cudaMemcpy(pos, hp.data(), max_t * 8, cudaMemcpyHostToDevice));
+  bf16* q = device_bf16(random_bf16(rng, qn));
+  bf16* k = device_bf16(random_bf16(rng, kn));
+  bf16* w = device_bf16(random_bf16(rng, 2 * kD));
+  bf16 *qo = device_bf16({}, qn), *ko = device_bf16({}, kn);
+  bf16 *qo2 = device_bf16({}, qn), *ko2 = device_bf16({}, kn);
+  const DeviceCosSin csd = device_cos_sin(rng, table, kD, max_t);
+  float* cache = csd.cache;
+  int64_t* pos = csd.pos;
   const LeanArgs la{q, k, qo2, ko2, cache, pos, w, w + kD, DType::kBFloat16, kD};
 
   std::printf("fixed kernel registers: rope %d, qk %d\n",

@@ -38,6 +38,7 @@
 #include "cuda/common/pdl.cuh"
 #include "cuda/qk_norm_rope_backward/qk_norm_rope_backward_math.cuh"
 #include "cuda/rope/rope_math.cuh"
+#include "decode_inputs.cuh"
 #include "experiment_timing.cuh"
 #include "reference/host_float.h"
 #include "ropenorm/qk_norm_rope.h"
@@ -157,23 +158,10 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) lean_bwd_kernel(const Bw
   }
 }
 
-void check(const Status& st, const char* what) {
-  if (!st.ok()) {
-    std::printf("%s: %s\n", what, st.message().c_str());
-    std::exit(1);
-  }
-}
-
 std::vector<uint16_t> to_host(const bf16* p, size_t n) {
   std::vector<uint16_t> v(n);
   CK(cudaMemcpy(v.data(), p, n * 2, cudaMemcpyDeviceToHost));
   return v;
-}
-
-int regs_of(const void* f) {
-  cudaFuncAttributes fa;
-  CK(cudaFuncGetAttributes(&fa, f));
-  return fa.numRegs;
 }
 
 }  // namespace
@@ -182,46 +170,19 @@ int main() {
   const int64_t max_t = 32768, table = 4096;
   const size_t qn = max_t * kHq * kD, kn = max_t * kHk * kD;
   std::mt19937_64 rng(20261203);
-  std::uniform_real_distribution<float> ud(-2.0f, 2.0f);
-  auto draw = [&](size_t n) {
-    std::vector<uint16_t> v(n);
-    for (auto& e : v) e = ref::double_to_bf16_bits(ud(rng));
-    return v;
-  };
-  const auto hq = draw(qn), hk = draw(kn), hgq = draw(qn), hgk = draw(kn), hw = draw(2 * kD);
-  std::vector<float> hc(table * kD);
-  RopeConfig rc;
-  rc.rotary_dim = kD;
-  check(build_rope_cache(rc, table, DType::kFloat32, hc.data()), "cache");
-  std::vector<int64_t> hp(max_t);
-  for (auto& v : hp) v = static_cast<int64_t>(rng() % table);
-
-  auto dev_bf16 = [](const std::vector<uint16_t>& h) {
-    bf16* p;
-    CK(cudaMalloc(&p, h.size() * 2));
-    CK(cudaMemcpy(p, h.data(), h.size() * 2, cudaMemcpyHostToDevice));
-    return p;
-  };
-  bf16 *q = dev_bf16(hq), *k = dev_bf16(hk), *gq = dev_bf16(hgq), *gk = dev_bf16(hgk);
-  bf16* w = dev_bf16(hw);
-  bf16 *fq, *fk, *dq, *dk, *dq2, *dk2, *dw, *dw2;
-  float *cache, *q_rstd, *k_rstd, *partials;
-  int64_t* pos;
-  CK(cudaMalloc(&fq, qn * 2));
-  CK(cudaMalloc(&fk, kn * 2));
-  CK(cudaMalloc(&dq, qn * 2));
-  CK(cudaMalloc(&dk, kn * 2));
-  CK(cudaMalloc(&dq2, qn * 2));
-  CK(cudaMalloc(&dk2, kn * 2));
-  CK(cudaMalloc(&dw, 2 * kD * 2));
-  CK(cudaMalloc(&dw2, 2 * kD * 2));
-  CK(cudaMalloc(&cache, hc.size() * 4));
+  bf16 *q = device_bf16(random_bf16(rng, qn)), *k = device_bf16(random_bf16(rng, kn));
+  bf16 *gq = device_bf16(random_bf16(rng, qn)), *gk = device_bf16(random_bf16(rng, kn));
+  bf16* w = device_bf16(random_bf16(rng, 2 * kD));
+  bf16 *fq = device_bf16({}, qn), *fk = device_bf16({}, kn), *dq = device_bf16({}, qn),
+       *dk = device_bf16({}, kn), *dq2 = device_bf16({}, qn), *dk2 = device_bf16({}, kn);
+  bf16 *dw = device_bf16({}, 2 * kD), *dw2 = device_bf16({}, 2 * kD);
+  const DeviceCosSin csd = device_cos_sin(rng, table, kD, max_t);
+  float* cache = csd.cache;
+  int64_t* pos = csd.pos;
+  float *q_rstd, *k_rstd, *partials;
   CK(cudaMalloc(&q_rstd, max_t * kHq * 4));
   CK(cudaMalloc(&k_rstd, max_t * kHk * 4));
   CK(cudaMalloc(&partials, 2 * 4096 * kD * 4));
-  CK(cudaMalloc(&pos, max_t * 8));
-  CK(cudaMemcpy(cache, hc.data(), hc.size() * 4, cudaMemcpyHostToDevice));
-  CK(cudaMemcpy(pos, hp.data(), max_t * 8, cudaMemcpyHostToDevice));
   int sms = 0;
   CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   std::printf("registers: KT 1 / 3 blocks %d, KT 1 / 2 blocks %d, KT 2 / 2 blocks %d\n",

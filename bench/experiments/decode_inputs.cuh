@@ -1,0 +1,72 @@
+// Helpers shared by the RoPE / QK-norm + RoPE experiments (decode.cu, qk_backward_lean.cu; not
+// part of the build): a library Status check, a kernel's register count, and the standard
+// shape's device inputs (random bf16 values in [-2, 2), the default f32 cos/sin cache, random
+// int64 positions in [0, P)).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <vector>
+
+#include "cuda/common/dtype.cuh"
+#include "experiment_timing.cuh"
+#include "reference/host_float.h"
+#include "ropenorm/rope_cache.h"
+#include "ropenorm/status.h"
+
+/// Exits with the message when a library call failed.
+inline void check(const ropenorm::Status& st, const char* what) {
+  if (!st.ok()) {
+    std::printf("%s: %s\n", what, st.message().c_str());
+    std::exit(1);
+  }
+}
+
+/// Registers per thread of a compiled kernel.
+inline int regs_of(const void* f) {
+  cudaFuncAttributes fa;
+  CK(cudaFuncGetAttributes(&fa, f));
+  return fa.numRegs;
+}
+
+/// n random bf16 values in [-2, 2), as bits.
+inline std::vector<uint16_t> random_bf16(std::mt19937_64& rng, size_t n) {
+  std::uniform_real_distribution<float> ud(-2.0f, 2.0f);
+  std::vector<uint16_t> v(n);
+  for (auto& e : v) e = ropenorm::ref::double_to_bf16_bits(ud(rng));
+  return v;
+}
+
+/// A device copy of host bf16 bits (n = h.size(); empty h: n uninitialised elements).
+inline ropenorm::cuda::bf16* device_bf16(const std::vector<uint16_t>& h, size_t n = 0) {
+  ropenorm::cuda::bf16* p;
+  const size_t count = h.empty() ? n : h.size();
+  CK(cudaMalloc(&p, count * 2));
+  if (!h.empty()) CK(cudaMemcpy(p, h.data(), count * 2, cudaMemcpyHostToDevice));
+  return p;
+}
+
+/// The default f32 cos/sin cache of `rows` positions and rotary dim d, and `tokens` random
+/// positions below `rows`, on the device.
+struct DeviceCosSin {
+  float* cache;
+  int64_t* pos;
+};
+inline DeviceCosSin device_cos_sin(std::mt19937_64& rng, int64_t rows, int d, int64_t tokens) {
+  std::vector<float> hc(rows * d);
+  ropenorm::RopeConfig rc;
+  rc.rotary_dim = d;
+  check(ropenorm::build_rope_cache(rc, rows, ropenorm::DType::kFloat32, hc.data()), "cache");
+  std::vector<int64_t> hp(tokens);
+  for (auto& v : hp) v = static_cast<int64_t>(rng() % static_cast<uint64_t>(rows));
+  DeviceCosSin out;
+  CK(cudaMalloc(&out.cache, hc.size() * 4));
+  CK(cudaMalloc(&out.pos, tokens * 8));
+  CK(cudaMemcpy(out.cache, hc.data(), hc.size() * 4, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(out.pos, hp.data(), tokens * 8, cudaMemcpyHostToDevice));
+  return out;
+}
