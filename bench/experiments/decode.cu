@@ -184,8 +184,12 @@ int main() {
       cuda::QkNormRopeArgs qa{};
       core::QkNormRopeFacts facts;
       cuda::fill_qk_norm_rope_args(c2, g, &qa, &facts);
-      const core::RopePlan lean_plan =
-          core::plan_rope_lean(g.seq, g.tokens / g.seq, facts.heads, g.rotary_dim / 2);
+      core::RopeLeanFacts lf;
+      lf.tokens = g.tokens;
+      lf.seq = g.seq;
+      lf.heads = facts.heads;
+      lf.half = g.rotary_dim / 2;
+      const core::RopePlan lean_plan = core::plan_rope_lean(lf);
       const core::RopePlan general_plan =
           core::plan_rope(g.tokens, facts.heads, g.rotary_dim / 2, facts.access_width);
       auto forced = [&](bool lean) {

@@ -24,13 +24,13 @@ QkNormRopePlan plan_qk_norm_rope(const QkNormRopeFacts& f) {
     lf.vec = f.access_width;
     lf.cos_sin_loaded = f.cos_sin_loaded;
     lf.tokens = f.tokens;
+    lf.seq = f.seq;
     lf.heads = f.heads;
     lf.half = half;
     lf.head_dim = f.head_dim;
     if (rope_lean(lf)) {
       p.kernel = QkKernel::kLean;
-      const int64_t seq = f.seq > 0 ? f.seq : f.tokens;
-      p.rope = plan_rope_lean(seq, f.tokens / seq, f.heads, half);
+      p.rope = plan_rope_lean(lf);
       return p;
     }
     p.kernel = QkKernel::kPair;

@@ -68,14 +68,15 @@ bool rope_lean(const RopeLeanFacts& f) {
   return (f.half / kRopeLeanVec) * f.heads <= kRopeLeanMaxThreads;
 }
 
-RopePlan plan_rope_lean(int64_t seq, int64_t batches, int64_t heads, int64_t half) {
+RopePlan plan_rope_lean(const RopeLeanFacts& f) {
+  const int64_t seq = f.seq > 0 ? f.seq : f.tokens;
   RopePlan p;
   p.vec = kRopeLeanVec;
-  p.bx = static_cast<int>(half / kRopeLeanVec);
-  p.by = static_cast<int>(heads);
+  p.bx = static_cast<int>(f.half / kRopeLeanVec);
+  p.by = static_cast<int>(f.heads);
   p.bz = 1;
   p.grid = seq;
-  p.head_groups = static_cast<int>(batches);
+  p.head_groups = static_cast<int>(f.tokens / seq);
   p.single = true;
   p.lean = true;
   return p;

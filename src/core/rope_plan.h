@@ -84,6 +84,7 @@ struct RopeLeanFacts {
   int vec = 1;                  ///< rope_vector_width of the call's operands
   bool cos_sin_loaded = false;  ///< cos/sin read from a table (cache, HF table or gathered)
   int64_t tokens = 0;
+  int64_t seq = 0;    ///< S, tokens per sequence (T for a 3-D q); 0: one sequence
   int64_t heads = 0;  ///< Hq + Hk
   int64_t half = 0;   ///< h = R / 2
   int64_t head_dim = 0;
@@ -94,8 +95,8 @@ struct RopeLeanFacts {
 /// kRopeLeanMaxTokens and (h / kRopeLeanVec) * (Hq + Hk) <= kRopeLeanMaxThreads.
 bool rope_lean(const RopeLeanFacts& f);
 
-/// The lean launch of a call rope_lean accepts, B sequences of S tokens: grid (S, B), block
-/// (h / kRopeLeanVec, Hq + Hk, 1), vec kRopeLeanVec, single and lean set.
-RopePlan plan_rope_lean(int64_t seq, int64_t batches, int64_t heads, int64_t half);
+/// The lean launch of a call rope_lean accepts, B = T / S sequences of S tokens: grid (S, B),
+/// block (h / kRopeLeanVec, Hq + Hk, 1), vec kRopeLeanVec, single and lean set.
+RopePlan plan_rope_lean(const RopeLeanFacts& f);
 
 }  // namespace ropenorm::core

@@ -197,7 +197,7 @@ TEST(CpuRopePlan, LeanRuleForShortRunsOnly) {
 }
 
 TEST(CpuRopePlan, LeanLaunchShape) {
-  RopePlan p = plan_rope_lean(7, 1, 40, 64);
+  RopePlan p = plan_rope_lean(lean_facts(7, 40, 64, 128));
   EXPECT_TRUE(p.lean);
   EXPECT_TRUE(p.single);
   EXPECT_FALSE(p.long_run);
@@ -208,10 +208,16 @@ TEST(CpuRopePlan, LeanLaunchShape) {
   EXPECT_EQ(p.grid, 7);
   EXPECT_EQ(p.head_groups, 1);
   EXPECT_FALSE(plan_rope(7, 40, 64, 8).lean);
-  // B sequences of S tokens: grid (S, B).
-  p = plan_rope_lean(1, 16, 40, 64);
+  // B sequences of S tokens: grid (S, B); seq 0 stands for one sequence.
+  RopeLeanFacts f = lean_facts(16, 40, 64, 128);
+  f.seq = 1;
+  p = plan_rope_lean(f);
   EXPECT_EQ(p.grid, 1);
   EXPECT_EQ(p.head_groups, 16);
+  f.seq = 0;
+  p = plan_rope_lean(f);
+  EXPECT_EQ(p.grid, 16);
+  EXPECT_EQ(p.head_groups, 1);
 }
 
 }  // namespace

@@ -11,7 +11,7 @@
 
 #include <string>
 
-#include "core/dispatch.h"
+#include "core/checks.h"
 #include "cuda/common/pdl.cuh"
 #include "cuda/qk_norm_rope/qk_norm_rope_kernels.cuh"
 #include "cuda/qk_norm_rope/qk_norm_rope_lean_kernel.cuh"
@@ -28,16 +28,11 @@ Status launch_qk_norm_rope_typed(const QkNormRopeArgs& a, const core::QkNormRope
   cudaError_t err = cudaSuccess;
   if (plan.kernel == core::QkKernel::kLean) {
     if constexpr (sizeof(T) == 2) {
-      const Status picked = core::dispatch_float_dtype<f16, bf16>(
-          a.rope.cs_dtype, "qk_norm_rope", "cos/sin", [&](auto tag) -> Status {
-            using C = typename decltype(tag)::type;
-            const auto kernel = a.rope.gptj ? qk_norm_rope_lean_kernel<T, C, true>
-                                            : qk_norm_rope_lean_kernel<T, C, false>;
-            err = launch_with_pdl(kernel, rope_launch_grid(plan.rope), rope_launch_block(plan.rope),
-                                  0, stream, a);
-            return Status::Ok();
-          });
-      if (!picked.ok()) return picked;
+      ROPENORM_TRY(launch_rope_lean("qk_norm_rope", a.rope.cs_dtype, a.rope.gptj, plan.rope, stream,
+                                    a, &err, [](auto c, auto gptj) {
+                                      using C = typename decltype(c)::type;
+                                      return qk_norm_rope_lean_kernel<T, C, decltype(gptj)::value>;
+                                    }));
     } else {
       return Status(StatusCode::kUnsupported, "qk_norm_rope: no lean kernel for 32-bit q/k");
     }

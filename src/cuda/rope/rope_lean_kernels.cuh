@@ -17,13 +17,18 @@
 // slower on back-to-back short launches: bench/experiments/decode.cu).
 #pragma once
 
-#include <cstdint>
+#include <cuda_runtime.h>
 
+#include <cstdint>
+#include <type_traits>
+
+#include "core/dispatch.h"
 #include "core/rope_plan.h"
 #include "cuda/common/dtype.cuh"
 #include "cuda/common/pdl.cuh"
 #include "cuda/rope/rope_args.h"
 #include "cuda/rope/rope_kernels.cuh"
+#include "ropenorm/status.h"
 
 namespace ropenorm::cuda {
 
@@ -73,6 +78,21 @@ __global__ void __launch_bounds__(core::kRopeLeanMaxThreads)
   rope_lean_load<T, C, kGptj>(a, it);
   rope_rotate_store<T, core::kRopeLeanVec, kGptj>([&] { return it.y; }, it.oa, it.ob, it.regs, it.c,
                                                   it.sn);
+}
+
+/// Launches the lean instantiation pick(TypeTag<C>{}, std::bool_constant<kGptj>{}) returns for
+/// the call's cos/sin table dtype C (cs_dtype) and style (gptj) on the lean plan's grid and
+/// block, with args; shared by the RoPE and QK-norm + RoPE launchers. The launch error goes to
+/// *err; a table dtype without a kernel is the returned error, naming op.
+template <typename Args, typename Pick>
+Status launch_rope_lean(const char* op, DType cs_dtype, bool gptj, const core::RopePlan& plan,
+                        cudaStream_t stream, const Args& args, cudaError_t* err, Pick&& pick) {
+  return core::dispatch_float_dtype<f16, bf16>(cs_dtype, op, "cos/sin", [&](auto tag) -> Status {
+    const auto kernel = gptj ? pick(tag, std::true_type{}) : pick(tag, std::false_type{});
+    *err =
+        launch_with_pdl(kernel, rope_launch_grid(plan), rope_launch_block(plan), 0, stream, args);
+    return Status::Ok();
+  });
 }
 
 }  // namespace ropenorm::cuda

@@ -11,7 +11,7 @@
 
 #include <string>
 
-#include "core/dispatch.h"
+#include "core/checks.h"
 #include "core/rope_plan.h"
 #include "cuda/common/pdl.cuh"
 #include "cuda/rope/rope_kernels.cuh"
@@ -50,16 +50,11 @@ Status launch_rope_typed(const RopeKernelArgs& a, const core::RopePlan& plan, cu
   cudaError_t err = cudaSuccess;
   if (plan.lean) {
     if constexpr (sizeof(T) == 2) {
-      const Status picked = core::dispatch_float_dtype<f16, bf16>(
-          a.cs_dtype, "rope", "cos/sin", [&](auto tag) -> Status {
-            using C = typename decltype(tag)::type;
-            const auto kernel =
-                a.gptj ? rope_lean_kernel<T, C, true> : rope_lean_kernel<T, C, false>;
-            err = launch_with_pdl(kernel, rope_launch_grid(plan), rope_launch_block(plan), 0,
-                                  stream, a);
-            return Status::Ok();
-          });
-      if (!picked.ok()) return picked;
+      ROPENORM_TRY(launch_rope_lean("rope", a.cs_dtype, a.gptj, plan, stream, a, &err,
+                                    [](auto c, auto gptj) {
+                                      using C = typename decltype(c)::type;
+                                      return rope_lean_kernel<T, C, decltype(gptj)::value>;
+                                    }));
     } else {
       return Status(StatusCode::kUnsupported, "rope: no lean kernel for 32-bit q/k");
     }
