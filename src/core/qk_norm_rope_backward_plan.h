@@ -29,6 +29,7 @@ constexpr int64_t kQkBwdBlocksPerSm = 4;
 constexpr int64_t kQkBwdMaxBlocks = 4096;
 
 struct QkNormRopeBackwardPlan {
+  bool lean = false;       ///< the lean kernel (plan_qk_norm_rope_backward_lean), else the general
   int vec = 1;             ///< V: elements per vector access
   int slots = 1;           ///< slots per head vector
   int group = 1;           ///< G: lanes per head vector
@@ -37,6 +38,8 @@ struct QkNormRopeBackwardPlan {
   int64_t grid = 1;              ///< blocks
   int64_t tokens_per_block = 1;  ///< C
   size_t smem_bytes = 0;         ///< dynamic shared memory: weights and per-group dw partials
+  int rows = 1;                  ///< lean: heads per block (block (group, rows))
+  int64_t head_groups = 1;       ///< lean: grid y; the grid is (grid, head_groups)
 };
 
 /// Blocks of the persistent grid for T tokens on a device with sm_count multiprocessors
@@ -54,5 +57,42 @@ size_t qk_norm_rope_backward_workspace_bytes(int64_t tokens, int64_t hq, int64_t
 QkNormRopeBackwardPlan plan_qk_norm_rope_backward(int64_t tokens, int64_t half, int64_t head_dim,
                                                   int vec, int sm_count,
                                                   int blocks_per_sm = kQkBwdBlocksPerSm);
+
+/// Channels per lane run of the lean backward kernel (one 16-byte access of a 16-bit type).
+constexpr int kQkBwdLeanVec = 8;
+/// Threads per block of the lean backward kernel at most (H200, bf16, D 128, 32 + 8 heads, T =
+/// 32768, bench/experiments/qk_backward_lean.cu at 74a932b: 287.9 us at two resident blocks of
+/// 320 threads and 96 registers, 523.4 at three blocks and 64 registers, 382.7 for the general
+/// kernel).
+constexpr int kQkBwdLeanThreads = 320;
+/// Resident blocks per multiprocessor the lean kernel's register budget is set for.
+constexpr int kQkBwdLeanMinBlocks = 2;
+
+/// What the lean rule needs to know about a validated call.
+struct QkNormRopeBackwardLeanFacts {
+  int elem_size = 2;               ///< bytes per q/k element
+  int vec = 1;                     ///< widest vector every x, dout, dx and cos/sin operand allows
+  bool cos_sin_loaded = false;     ///< cos/sin read from a table (not computed from inv_freq)
+  bool weights_aligned16 = false;  ///< wq and wk both 16-byte aligned
+  int64_t tokens = 0;
+  int64_t heads = 0;  ///< Hq + Hk
+  int64_t half = 0;   ///< h = R / 2
+  int64_t head_dim = 0;
+};
+
+/// The lean backward kernel (the forward's lean layout over a persistent grid: a head per thread
+/// row, 8 pairs per lane, the weights and dw partials in registers) serves the call: 16-bit q/k
+/// at vector width 8, R = D, h / 8 a power of two <= 32, cos/sin loaded, both weights 16-byte
+/// aligned, and at least as many tokens as head groups (each block holds one head group).
+bool qk_norm_rope_backward_lean(const QkNormRopeBackwardLeanFacts& f, int sm_count);
+
+/// The lean plan of a call qk_norm_rope_backward_lean accepts: block (g, rows) with g = h / 8 and
+/// rows = ceil(heads / head_groups), head_groups = ceil(heads / (kQkBwdLeanThreads / g)); grid
+/// (gx, head_groups) with gx = max(1, qk_norm_rope_backward_grid(T, sm_count, blocks_per_sm) /
+/// head_groups), so the gx * head_groups partial rows fit the workspace the query reports; C =
+/// ceil(T / gx) tokens per block.
+QkNormRopeBackwardPlan plan_qk_norm_rope_backward_lean(const QkNormRopeBackwardLeanFacts& f,
+                                                       int sm_count,
+                                                       int blocks_per_sm = kQkBwdLeanMinBlocks);
 
 }  // namespace ropenorm::core

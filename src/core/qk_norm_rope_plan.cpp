@@ -28,7 +28,7 @@ QkNormRopePlan plan_qk_norm_rope(const QkNormRopeFacts& f) {
     lf.heads = f.heads;
     lf.half = half;
     lf.head_dim = f.head_dim;
-    if (rope_lean(lf)) {
+    if (f.allow_lean && rope_lean(lf, kQkLeanMaxTokens)) {
       p.kernel = QkKernel::kLean;
       p.rope = plan_rope_lean(lf);
       return p;

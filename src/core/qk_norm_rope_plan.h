@@ -32,7 +32,14 @@ struct QkNormRopeFacts {
   int64_t head_dim = 0;         ///< D
   int64_t rotary_dim = 0;       ///< R
   bool cos_sin_loaded = false;  ///< cos/sin read from a table (not computed from inv_freq)
+  bool allow_lean = true;       ///< false: never the lean kernel (tests comparing it with pair)
 };
+
+/// Most tokens a lean QK-norm + RoPE launch serves: every run (H200, bf16, D 128, 32 + 8 heads,
+/// bench/experiments/decode.cu at 74a932b: 470.7 us against the pair kernel's 573.3 at T =
+/// 65536, 121.4 against 147.4 at 16384, 12.64 against 13.22 at 1024), within rope_lean's grid
+/// limits.
+constexpr int64_t kQkLeanMaxTokens = INT64_MAX;
 
 enum class QkKernel {
   kLean,    ///< short runs: the lean RoPE launch (one block per token, a head per thread row)
@@ -53,8 +60,9 @@ struct QkNormRopePlan {
 };
 
 /// The first kernel that applies, in the order lean, pair, vector, scalar:
-///  - lean: what pair needs, cos/sin loaded and rope_lean's token and thread bounds (the norm's
-///    butterfly runs over the h / 8 lanes of a thread row); shape from plan_rope_lean;
+///  - lean (when allow_lean): what pair needs, cos/sin loaded and rope_lean's thread and grid
+///    bounds with kQkLeanMaxTokens (the norm's butterfly runs over the h / 8 lanes of a thread
+///    row); shape from plan_rope_lean;
 ///  - pair: 16-bit q/k, access width 8, R = D, h / 8 a power of two <= 32, both weights 16-byte
 ///    aligned; shape from plan_rope(T, heads, h, 8);
 ///  - vector: 16-bit q/k, access width 8, D / 8 a power of two <= 32; groups of

@@ -71,7 +71,8 @@ constexpr int64_t kRopeMaxHeadGroups = 65535;
 /// Plan for T tokens with `heads` = Hq + Hk heads, rotary half h and vector width vec.
 RopePlan plan_rope(int64_t tokens, int64_t heads, int64_t half, int vec);
 
-/// Most tokens a lean launch serves (decode steps and short runs).
+/// Most tokens a lean RoPE launch serves (decode steps and short runs; decode.cu at 74a932b:
+/// the general kernel is faster at T = 1024).
 constexpr int64_t kRopeLeanMaxTokens = 64;
 /// Pairs per thread of the lean kernel: one 16-byte vector of a 16-bit q/k per half.
 constexpr int kRopeLeanVec = 8;
@@ -90,10 +91,14 @@ struct RopeLeanFacts {
   int64_t head_dim = 0;
 };
 
+/// Most sequences S of a lean launch (its grid x): CUDA's limit on gridDim.x.
+constexpr int64_t kRopeLeanMaxSeq = 2147483647;
+
 /// The lean kernel serves the call: 16-bit q/k at vector width kRopeLeanVec, R = D (no
-/// pass-through channels), cos/sin loaded (not computed from inv_freq), 1 <= T <=
-/// kRopeLeanMaxTokens and (h / kRopeLeanVec) * (Hq + Hk) <= kRopeLeanMaxThreads.
-bool rope_lean(const RopeLeanFacts& f);
+/// pass-through channels), cos/sin loaded (not computed from inv_freq), 1 <= T <= max_tokens,
+/// (h / kRopeLeanVec) * (Hq + Hk) <= kRopeLeanMaxThreads, S <= kRopeLeanMaxSeq and B = T / S
+/// <= kRopeMaxHeadGroups (the grid (S, B)).
+bool rope_lean(const RopeLeanFacts& f, int64_t max_tokens = kRopeLeanMaxTokens);
 
 /// The lean launch of a call rope_lean accepts, B = T / S sequences of S tokens: grid (S, B),
 /// block (h / kRopeLeanVec, Hq + Hk, 1), vec kRopeLeanVec, single and lean set.

@@ -11,6 +11,7 @@
 #include <sstream>
 #include <vector>
 
+#include "cuda/qk_norm_rope_backward/qk_norm_rope_backward_run.h"
 #include "reference/host_float.h"
 #include "reference/qk_norm_rope_grad_ref.h"
 #include "reference/rope_ref.h"
@@ -55,7 +56,7 @@ std::string describe(const QkNormRopeBackwardCase& c) {
   os << "qk_norm_rope_backward (" << describe(c.rope) << ") w:" << dtype_name(c.w_dtype)
      << " eps=" << c.eps << " o=" << c.weight_offset << (c.with_rstd ? " rstd" : " no-rstd")
      << (c.want_dw ? " dw" : " no-dw") << (c.wk_f32 ? " wk:f32" : "")
-     << (c.short_workspace ? " short-workspace" : "");
+     << (c.short_workspace ? " short-workspace" : "") << (c.allow_lean ? "" : " no-lean");
   return os.str();
 }
 
@@ -164,8 +165,25 @@ QkNormRopeBackwardOutcome run_case(const QkNormRopeBackwardCase& bc,
   np.eps = bc.eps;
   np.weight_offset = bc.weight_offset;
 
-  out.status = qk_norm_rope_backward(dq_out, dk_out, q, k, dev.wq, dev.wk, q_rstd, k_rstd, dq, dk,
-                                     dwq, dwk, ws, dev.pos, dev.cs, params, np);
+  core::QkNormRopeBackwardCall call;
+  call.fwd.rope.q = q;
+  call.fwd.rope.k = k;
+  call.fwd.rope.q_out = dq;
+  call.fwd.rope.k_out = dk;
+  call.fwd.rope.positions = dev.pos;
+  call.fwd.rope.cos_sin = dev.cs;
+  call.fwd.rope.params = params;
+  call.fwd.wq = dev.wq;
+  call.fwd.wk = dev.wk;
+  call.fwd.q_rstd = q_rstd;
+  call.fwd.k_rstd = k_rstd;
+  call.fwd.norm = np;
+  call.dq_out = dq_out;
+  call.dk_out = dk_out;
+  call.dwq = dwq;
+  call.dwk = dwk;
+  call.workspace = ws;
+  out.status = cuda::run_qk_norm_rope_backward(call, bc.allow_lean, Stream{});
   if (out.status.ok()) out.status = sync_device();
 
   // Inputs must be unchanged in every outcome (the gradients too when out of place).

@@ -1,9 +1,9 @@
 // One fused QK-norm + RoPE backward verification case: inputs drawn fresh (the RoPE case's q, k,
 // positions and cos/sin as the forward's inputs, N(0, 1) weights and incoming gradients), dq / dk
 // (out of place), dwq / dwk and the workspace poisoned (0xFF), the kernel run through the public
-// API, every dq / dk element and both weight gradients compared with the float64 oracle
-// (qk_norm_rope_grad_row_ref with the c_i, s_i the kernel reads) under the one tolerance table,
-// and every byte outside the written views checked untouched.
+// API's launcher (cuda::run_qk_norm_rope_backward), every dq / dk element and both weight gradients
+// compared with the float64 oracle (qk_norm_rope_grad_row_ref with the c_i, s_i the kernel reads)
+// under the one tolerance table, and every byte outside the written views checked untouched.
 #pragma once
 
 #include <cstdint>
@@ -29,6 +29,7 @@ struct QkNormRopeBackwardCase {
   bool want_dw = true;           ///< pass dwq / dwk and a workspace
   bool short_workspace = false;  ///< one element less than the query says: the call must fail
   bool wk_f32 = false;  ///< wk and dwk in f32 whatever w_dtype (dwq and dwk then differ in dtype)
+  bool allow_lean = true;  ///< false: the general kernel where the planner would pick the lean one
 };
 
 struct QkNormRopeBackwardInputs {

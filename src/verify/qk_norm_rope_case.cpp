@@ -10,6 +10,7 @@
 #include <sstream>
 #include <vector>
 
+#include "cuda/qk_norm_rope/qk_norm_rope_run.h"
 #include "reference/host_float.h"
 #include "reference/rms_norm_ref.h"
 #include "reference/rope_ref.h"
@@ -35,7 +36,8 @@ namespace {
 std::string describe(const QkNormRopeCase& c) {
   std::ostringstream os;
   os << "qk_norm_rope (" << describe(c.rope) << ") w:" << dtype_name(c.w_dtype) << " eps=" << c.eps
-     << " o=" << c.weight_offset << (c.with_rstd ? " rstd" : "");
+     << " o=" << c.weight_offset << (c.with_rstd ? " rstd" : "")
+     << (c.allow_lean ? "" : " no-lean");
   return os.str();
 }
 
@@ -103,8 +105,20 @@ QkNormRopeOutcome run_case(const QkNormRopeCase& qc, const QkNormRopeInputs& in)
   np.eps = qc.eps;
   np.weight_offset = qc.weight_offset;
 
-  out.status =
-      qk_norm_rope(q, k, dev.wq, dev.wk, q_out, k_out, q_rstd, k_rstd, dev.pos, dev.cs, params, np);
+  core::QkNormRopeCall call;
+  call.rope.q = q;
+  call.rope.k = k;
+  call.rope.q_out = q_out;
+  call.rope.k_out = k_out;
+  call.rope.positions = dev.pos;
+  call.rope.cos_sin = dev.cs;
+  call.rope.params = params;
+  call.wq = dev.wq;
+  call.wk = dev.wk;
+  call.q_rstd = q_rstd;
+  call.k_rstd = k_rstd;
+  call.norm = np;
+  out.status = cuda::run_qk_norm_rope(call, qc.allow_lean, Stream{});
   if (out.status.ok()) out.status = sync_device();
   if (!out.status.ok()) {
     for (size_t i = 0; i < ob.size(); ++i) {

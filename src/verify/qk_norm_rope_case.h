@@ -1,9 +1,9 @@
 // One fused QK-norm + RoPE verification case: inputs drawn fresh (the RoPE case's q, k,
 // positions and cos/sin, plus weights), outputs and rstd poisoned (0xFF), the kernel run
-// through the public API, every output compared with the float64 oracle (per head vector:
-// rms_norm_row_ref with no intermediate rounding, then rope_rotate_ref with the c_i, s_i the
-// kernel reads) under the one tolerance table, and every byte outside the views checked
-// untouched.
+// through the public API's launcher (cuda::run_qk_norm_rope), every output compared with the
+// float64 oracle (per head vector: rms_norm_row_ref with no intermediate rounding, then
+// rope_rotate_ref with the c_i, s_i the kernel reads) under the one tolerance table, and every byte
+// outside the views checked untouched.
 #pragma once
 
 #include <cstdint>
@@ -24,6 +24,7 @@ struct QkNormRopeCase {
   float eps = 1e-6f;
   float weight_offset = 0.0f;
   bool with_rstd = true;
+  bool allow_lean = true;  ///< false: the pair kernel where the planner would pick the lean one
 };
 
 struct QkNormRopeInputs {

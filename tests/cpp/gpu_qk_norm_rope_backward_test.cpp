@@ -256,6 +256,66 @@ TEST(GpuQkNormRopeBackward, HeadResultIndependentOfTAndOtherHeads) {
   }
 }
 
+// The lean kernel (what the planner picks for these calls) gives the general kernel's dq and dk
+// bits (the same call with the lean kernel disallowed), and both pass against the oracle
+// (dw too: the two add its fp32 partials in different orders): both styles, f16 and bf16, f32 /
+// bf16 / f16 tables (cache, Hugging Face table, per-token gathered), bf16 and f32 weights with
+// an offset, saved and recomputed rstd, in place, D 64 / 128 / 256, and head counts that need
+// two head groups (40 heads of D 256, 80 of D 128) or leave a row of the last group idle (43).
+TEST(GpuQkNormRopeBackward, LeanKernelMatchesGeneralKernel) {
+  ROPENORM_REQUIRE_GPU();
+  struct Variant {
+    DType dtype;
+    RopeStyle style;
+    CosSinKind source;
+    DType cs_dtype;
+    DType w_dtype;
+    int64_t head_dim, hq, hk;
+    bool with_rstd, in_place;
+    RopePosKind pos_kind;
+  };
+  const Variant variants[] = {
+      {DType::kBFloat16, RopeStyle::kNeox, CosSinKind::kCache, DType::kFloat32, DType::kBFloat16,
+       128, 32, 8, true, false, RopePosKind::kI64},
+      {DType::kBFloat16, RopeStyle::kGptj, CosSinKind::kCache, DType::kBFloat16, DType::kBFloat16,
+       128, 32, 8, false, true, RopePosKind::kI32},
+      {DType::kFloat16, RopeStyle::kNeox, CosSinKind::kHfCosSin, DType::kFloat16, DType::kFloat32,
+       64, 16, 1, false, false, RopePosKind::kArange},
+      {DType::kBFloat16, RopeStyle::kGptj, CosSinKind::kHfCosSinGathered, DType::kFloat32,
+       DType::kFloat32, 256, 32, 8, true, false, RopePosKind::kI64},
+      {DType::kBFloat16, RopeStyle::kNeox, CosSinKind::kCache, DType::kFloat32, DType::kBFloat16,
+       128, 72, 8, true, true, RopePosKind::kI64},
+      {DType::kFloat16, RopeStyle::kGptj, CosSinKind::kHfCosSin, DType::kBFloat16, DType::kBFloat16,
+       128, 41, 2, false, false, RopePosKind::kI32},
+  };
+  uint64_t seed = 700;
+  for (const Variant& v : variants) {
+    QkNormRopeBackwardCase c;
+    c.rope.seq = 777;
+    c.rope.hq = v.hq;
+    c.rope.hk = v.hk;
+    c.rope.head_dim = v.head_dim;
+    c.rope.dtype = v.dtype;
+    c.rope.style = v.style;
+    c.rope.source = v.source;
+    c.rope.cs_dtype = v.cs_dtype;
+    c.rope.pos_kind = v.pos_kind;
+    c.rope.in_place = v.in_place;
+    c.rope.layout = RopeLayout::kPackedQkv;
+    c.w_dtype = v.w_dtype;
+    c.weight_offset = 1.0f;
+    c.with_rstd = v.with_rstd;
+    c.rope.seed = seed++;
+    const auto in = verify::make_inputs(c);
+    const auto a = expect_pass(c, in);
+    QkNormRopeBackwardCase general = c;
+    general.allow_lean = false;
+    const auto b = expect_pass(general, in);
+    ASSERT_EQ(a.dq_val.bytes, b.dq_val.bytes) << a.summary;
+    ASSERT_EQ(a.dk_val.bytes, b.dk_val.bytes) << a.summary;
+  }
+}
+
 // Many tokens (several tokens per block of the persistent grid, the largest grid): dw sums over
 // about 650000 head vectors.
 TEST(GpuQkNormRopeBackward, ManyTokens) {

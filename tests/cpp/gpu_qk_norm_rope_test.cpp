@@ -158,9 +158,10 @@ TEST(GpuQkNormRope, ZeroHeadVectors) {
   }
 }
 
-// Long token runs (T > 4096, 16-bit q/k, R = D: the pair kernel over hundreds of blocks): every
-// source, both styles, D 64 / 128 / 256, in place and out; and, with 32 + 8 heads, the last
-// token's bits equal those of the token alone (T = 1).
+// Long token runs (T > 4096, 16-bit q/k, R = D: the lean kernel over thousands of blocks, and
+// the pair kernel over hundreds, by inv_freq or with the lean kernel disallowed): every source,
+// both styles, D 64 / 128 / 256, in place and out; and, with 32 + 8 heads, the last token's bits
+// equal those of the token alone (T = 1), and the pair kernel's bits the lean kernel's.
 TEST(GpuQkNormRope, LongRuns) {
   ROPENORM_REQUIRE_GPU();
   uint64_t seed = 300;
@@ -181,7 +182,10 @@ TEST(GpuQkNormRope, LongRuns) {
         c.rope.in_place = seed % 2 == 0;
         c.rope.pos_kind = seed % 2 ? RopePosKind::kI32 : RopePosKind::kArange;
         c.rope.seed = seed++;
-        expect_pass(c);
+        for (bool lean : {true, false}) {
+          c.allow_lean = lean;
+          expect_pass(c);
+        }
       }
     }
   }
@@ -195,11 +199,16 @@ TEST(GpuQkNormRope, LongRuns) {
   const auto in = verify::make_inputs(c);
   const auto a = expect_pass(c, in);
   ASSERT_NO_FATAL_FAILURE(expect_token_alone_same_bits(c, in, a, c.rope.seq - 1));
+  c.allow_lean = false;
+  const auto b = expect_pass(c, in);
+  ASSERT_EQ(a.q_out.bytes, b.q_out.bytes);
+  ASSERT_EQ(a.k_out.bytes, b.k_out.bytes);
 }
 
-// The lean short-run kernel (a token alone) gives the pair kernel's bits (the same token in a
-// run past kRopeLeanMaxTokens) in both styles, both directions, f16 and bf16 data, f32 / bf16 /
-// f16 tables and bf16 / f32 weights with an offset.
+// The lean kernel (what the planner picks for these calls) gives the pair kernel's bits (the
+// same call with the lean kernel disallowed), token by token, in both styles, both directions,
+// f16 and bf16 data, f32 / bf16 / f16 tables and bf16 / f32 weights with an offset; and a token
+// alone gives the run's bits.
 TEST(GpuQkNormRope, LeanKernelMatchesPairKernel) {
   ROPENORM_REQUIRE_GPU();
   struct Variant {
@@ -237,13 +246,19 @@ TEST(GpuQkNormRope, LeanKernelMatchesPairKernel) {
     c.rope.seed = seed++;
     const auto in = verify::make_inputs(c);
     const auto a = expect_pass(c, in);
+    QkNormRopeCase pair = c;
+    pair.allow_lean = false;
+    const auto b = expect_pass(pair, in);
+    ASSERT_EQ(a.q_out.bytes, b.q_out.bytes);
+    ASSERT_EQ(a.k_out.bytes, b.k_out.bytes);
+    ASSERT_EQ(a.q_rstd, b.q_rstd);
+    ASSERT_EQ(a.k_rstd, b.k_rstd);
     ASSERT_NO_FATAL_FAILURE(expect_token_alone_same_bits(c, in, a, 5));
   }
 }
 
 // A head's output bits depend only on its own input, its position and the weights: not on T,
-// not on the other heads. The T of the full run is past kRopeLeanMaxTokens, so for D = 256 the
-// pair kernel's bits meet the lean kernel's (the token alone).
+// not on the other heads.
 TEST(GpuQkNormRope, HeadResultIndependentOfTAndOtherHeads) {
   ROPENORM_REQUIRE_GPU();
   for (DType dt : kFloatTypes) {

@@ -50,15 +50,23 @@ TEST(CpuQkNormRopePlan, LeanKernelForShortRunsWithLoadedCosSin) {
   EXPECT_EQ(p.rope.by, 40);
   EXPECT_EQ(p.rope.bz, 1);
   EXPECT_EQ(p.rope.grid, 1);
+  // Every run length: the RoPE bound does not apply.
   EXPECT_EQ(plan_qk_norm_rope(facts(kRopeLeanMaxTokens, 40, 256, 256, 8, 2, true, true)).kernel,
             QkKernel::kLean);
-  // Past the token bound, computed cos/sin, more threads than a block: the pair kernel.
-  EXPECT_EQ(plan_qk_norm_rope(facts(kRopeLeanMaxTokens + 1, 40, 128, 128, 8, 2, true, true)).kernel,
-            QkKernel::kPair);
+  p = plan_qk_norm_rope(facts(65536, 40, 128, 128, 8, 2, true, true));
+  EXPECT_EQ(p.kernel, QkKernel::kLean);
+  EXPECT_EQ(p.rope.grid, 65536);
+  EXPECT_EQ(p.rope.head_groups, 1);
+  // Computed cos/sin, more threads than a block, the lean kernel disallowed: the pair kernel.
   EXPECT_EQ(plan_qk_norm_rope(facts(1, 40, 128, 128, 8, 2, true, false)).kernel, QkKernel::kPair);
   EXPECT_EQ(plan_qk_norm_rope(facts(1, 160, 256, 256, 8, 2, true, true)).kernel, QkKernel::kPair);
-  // The bound counts tokens (B x S), and the grid is (S, B); seq 0 stands for one sequence.
-  QkNormRopeFacts f = facts(kRopeLeanMaxTokens, 40, 128, 128, 8, 2, true, true);
+  QkNormRopeFacts f = facts(7, 40, 128, 128, 8, 2, true, true);
+  f.allow_lean = false;
+  p = plan_qk_norm_rope(f);
+  EXPECT_EQ(p.kernel, QkKernel::kPair);
+  EXPECT_FALSE(p.rope.lean);
+  // The grid is (S, B); seq 0 stands for one sequence.
+  f = facts(kRopeLeanMaxTokens, 40, 128, 128, 8, 2, true, true);
   f.seq = kRopeLeanMaxTokens / 4;
   p = plan_qk_norm_rope(f);
   EXPECT_EQ(p.kernel, QkKernel::kLean);
@@ -68,8 +76,14 @@ TEST(CpuQkNormRopePlan, LeanKernelForShortRunsWithLoadedCosSin) {
   p = plan_qk_norm_rope(f);
   EXPECT_EQ(p.rope.grid, kRopeLeanMaxTokens);
   EXPECT_EQ(p.rope.head_groups, 1);
-  f = facts(kRopeLeanMaxTokens + 1, 40, 128, 128, 8, 2, true, true);
-  f.seq = 1;  // 65 sequences of one token
+  // B = T / S within gridDim.y's limit: 65535 sequences of one token are lean, 65536 are not.
+  f = facts(kRopeMaxHeadGroups, 40, 128, 128, 8, 2, true, true);
+  f.seq = 1;
+  p = plan_qk_norm_rope(f);
+  EXPECT_EQ(p.kernel, QkKernel::kLean);
+  EXPECT_EQ(p.rope.head_groups, kRopeMaxHeadGroups);
+  f = facts(kRopeMaxHeadGroups + 1, 40, 128, 128, 8, 2, true, true);
+  f.seq = 1;
   EXPECT_EQ(plan_qk_norm_rope(f).kernel, QkKernel::kPair);
   // Where the pair kernel does not apply, neither does the lean one.
   EXPECT_EQ(plan_qk_norm_rope(facts(1, 40, 128, 64, 8, 2, true, true)).kernel, QkKernel::kVector);
@@ -132,7 +146,6 @@ TEST(CpuQkNormRopePlan, ShapesStayWithinTheKernelsLimits) {
                 case QkKernel::kLean:
                   EXPECT_TRUE(loaded);
                   EXPECT_EQ(r, d);
-                  EXPECT_LE(tokens, kRopeLeanMaxTokens);
                   EXPECT_LE(p.rope.bx * p.rope.by, kRopeLeanMaxThreads);
                   EXPECT_EQ(p.rope.bx * kQkVecChannels * 2, r);
                   EXPECT_EQ(p.rope.by, heads);

@@ -194,6 +194,21 @@ TEST(CpuRopePlan, LeanRuleForShortRunsOnly) {
   f = lean_facts(1, 40, 64, 128);
   f.cos_sin_loaded = false;
   EXPECT_FALSE(rope_lean(f));
+  // A caller's own token bound (QK-norm + RoPE: every run); the grid (S, B) within CUDA's
+  // limits: B <= 65535 sequences, S <= 2^31 - 1 tokens each.
+  EXPECT_TRUE(rope_lean(lean_facts(65536, 40, 64, 128), INT64_MAX));
+  EXPECT_FALSE(rope_lean(lean_facts(65, 40, 64, 128), 64));
+  f = lean_facts(kRopeMaxHeadGroups, 40, 64, 128);
+  f.seq = 1;
+  EXPECT_TRUE(rope_lean(f, INT64_MAX));
+  f = lean_facts(kRopeMaxHeadGroups + 1, 40, 64, 128);
+  f.seq = 1;
+  EXPECT_FALSE(rope_lean(f, INT64_MAX));
+  EXPECT_TRUE(rope_lean(lean_facts(kRopeLeanMaxSeq, 40, 64, 128), INT64_MAX));
+  EXPECT_FALSE(rope_lean(lean_facts(kRopeLeanMaxSeq + 1, 40, 64, 128), INT64_MAX));
+  f = lean_facts(2 * (kRopeLeanMaxSeq + 1), 40, 64, 128);
+  f.seq = kRopeLeanMaxSeq + 1;
+  EXPECT_FALSE(rope_lean(f, INT64_MAX));
 }
 
 TEST(CpuRopePlan, LeanLaunchShape) {

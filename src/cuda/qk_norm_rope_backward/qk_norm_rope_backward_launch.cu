@@ -1,11 +1,12 @@
-// Public entry points qk_norm_rope_backward and its workspace query: validate, current device,
-// validate the device and the workspace size, (checked mode: positions read back and checked),
-// plan, dispatch, launch the fused kernel, then the deterministic column sums of dwq and dwk (one
-// launch for both when their dtypes match).
-// Nothing is allocated; the launches go on the caller's stream, which only checked mode
-// synchronises.
+// Public entry points qk_norm_rope_backward and its workspace query, and the launcher
+// run_qk_norm_rope_backward: validate, current device, validate the device and the workspace size,
+// (checked mode: positions read back and checked), plan (the lean kernel where it applies, else the
+// general one), dispatch, launch the fused kernel, then the deterministic column sums of dwq and
+// dwk (one launch for both when their dtypes match). Nothing is allocated; the launches go on the
+// caller's stream, which only checked mode synchronises.
 #include <cuda_runtime.h>
 
+#include <cstdint>
 #include <string>
 
 #include "core/checks.h"
@@ -17,6 +18,7 @@
 #include "cuda/common/column_sum.h"
 #include "cuda/common/dtype.cuh"
 #include "cuda/common/launch.h"
+#include "cuda/qk_norm_rope_backward/qk_norm_rope_backward_run.h"
 #include "cuda/qk_norm_rope_backward/qk_norm_rope_backward_typed.h"
 #include "cuda/rope/rope_host.h"
 #include "ropenorm/qk_norm_rope_backward.h"
@@ -97,6 +99,89 @@ size_t qk_norm_rope_backward_workspace_size(int64_t tokens, int64_t hq, int64_t 
   return core::qk_norm_rope_backward_workspace_bytes(tokens, hq, hk, head_dim, sm_count_of(device));
 }
 
+namespace cuda {
+
+Status run_qk_norm_rope_backward(const core::QkNormRopeBackwardCall& c, bool allow_lean,
+                                 Stream stream) {
+  const core::RopeCall& rc = c.fwd.rope;
+  const TensorRef& q = rc.q;
+  const TensorRef& wq = c.fwd.wq;
+  const TensorRef& wk = c.fwd.wk;
+  const TensorRef& dwq = c.dwq;
+  const TensorRef& dwk = c.dwk;
+  const QkNormParams& norm_params = c.fwd.norm;
+  core::RopeGeometry g;
+  ROPENORM_TRY(core::validate_qk_norm_rope_backward(c, -1, 0, &g));
+  int device = 0;
+  ROPENORM_TRY(core::current_device(kOp, &device));
+  ROPENORM_TRY(core::validate_qk_norm_rope_backward_devices(c, device));
+  const int sms = device_sm_count();
+  ROPENORM_TRY(core::validate_qk_norm_rope_backward_workspace(c, g, sms));
+  auto s = reinterpret_cast<cudaStream_t>(stream);
+  if (g.tokens == 0 || g.hq + g.hk == 0) return reduce_dw(dwq, dwk, nullptr, 0, g.head_dim, s);
+  if (rc.params.check_positions) ROPENORM_TRY(check_positions_on_host(kOp, rc, g, s));
+
+  QkNormRopeBackwardArgs qa{};
+  fill_rope_args(rc, g, &qa.rope);
+  qa.rope.inverse = true;  // the transposed rotation: s_i negated
+  qa.gq = rope_operand(c.dq_out);
+  qa.gk = rope_operand(c.dk_out);
+  qa.wq = wq.data;
+  qa.wk = wk.data;
+  qa.wq_dtype = wq.dtype;
+  qa.wk_dtype = wk.dtype;
+  qa.eps = norm_params.eps;
+  qa.weight_offset = norm_params.weight_offset;
+  qa.q_rstd = c.fwd.q_rstd.defined() ? static_cast<const float*>(c.fwd.q_rstd.data) : nullptr;
+  qa.k_rstd = c.fwd.k_rstd.defined() ? static_cast<const float*>(c.fwd.k_rstd.data) : nullptr;
+
+  // The lean kernel where it applies, else the general one; planned for the largest grid, then
+  // for the chosen instance's occupancy (never above it).
+  const int vec = access_width(c, g, qa);
+  core::QkNormRopeBackwardLeanFacts lf;
+  lf.elem_size = static_cast<int>(dtype_size(q.dtype));
+  lf.vec = vec;
+  lf.cos_sin_loaded = rc.cos_sin.kind != CosSinKind::kInvFreq;
+  lf.weights_aligned16 = reinterpret_cast<uintptr_t>(wq.data) % 16 == 0 &&
+                         reinterpret_cast<uintptr_t>(wk.data) % 16 == 0;
+  lf.tokens = g.tokens;
+  lf.heads = g.hq + g.hk;
+  lf.half = g.rotary_dim / 2;
+  lf.head_dim = g.head_dim;
+  const bool lean = allow_lean && core::qk_norm_rope_backward_lean(lf, sms);
+  auto plan_for = [&](int blocks_per_sm) {
+    return lean ? core::plan_qk_norm_rope_backward_lean(lf, sms, blocks_per_sm)
+                : core::plan_qk_norm_rope_backward(g.tokens, lf.half, g.head_dim, vec, sms,
+                                                   blocks_per_sm);
+  };
+  core::QkNormRopeBackwardPlan plan = plan_for(core::kQkBwdBlocksPerSm);
+  int resident = 0;
+  const Status queried =
+      core::dispatch_float_dtype<f16, bf16>(q.dtype, kOp, "q", [&](auto tag) -> Status {
+        resident = qk_norm_rope_backward_occupancy<typename decltype(tag)::type>(qa, plan);
+        return Status::Ok();
+      });
+  if (!queried.ok()) return queried;
+  plan = plan_for(resident);
+  const bool want_dw = dwq.defined() || dwk.defined();
+  qa.partials = want_dw ? static_cast<float*>(c.workspace.data) : nullptr;
+  qa.tokens_per_block = plan.tokens_per_block;
+  qa.group = plan.group;
+  qa.slots = plan.slots;
+  qa.rot_slots = static_cast<int>(g.rotary_dim / 2 / vec);
+
+  const Status launched =
+      core::dispatch_float_dtype<f16, bf16>(q.dtype, kOp, "q", [&](auto tag) -> Status {
+        using T = typename decltype(tag)::type;
+        return launch_qk_norm_rope_backward_typed<T>(qa, plan, s);
+      });
+  if (!launched.ok()) return launched;
+  if (!want_dw) return Status::Ok();
+  return reduce_dw(dwq, dwk, qa.partials, plan.grid * plan.head_groups, g.head_dim, s);
+}
+
+}  // namespace cuda
+
 Status qk_norm_rope_backward(const TensorRef& dq_out, const TensorRef& dk_out, const TensorRef& q,
                              const TensorRef& k, const TensorRef& wq, const TensorRef& wk,
                              const TensorRef& q_rstd, const TensorRef& k_rstd, const TensorRef& dq,
@@ -123,59 +208,7 @@ Status qk_norm_rope_backward(const TensorRef& dq_out, const TensorRef& dk_out, c
   c.dwq = dwq;
   c.dwk = dwk;
   c.workspace = workspace;
-  core::RopeGeometry g;
-  ROPENORM_TRY(core::validate_qk_norm_rope_backward(c, -1, 0, &g));
-  int device = 0;
-  ROPENORM_TRY(core::current_device(kOp, &device));
-  ROPENORM_TRY(core::validate_qk_norm_rope_backward_devices(c, device));
-  const int sms = cuda::device_sm_count();
-  ROPENORM_TRY(core::validate_qk_norm_rope_backward_workspace(c, g, sms));
-  auto s = reinterpret_cast<cudaStream_t>(stream);
-  if (g.tokens == 0 || g.hq + g.hk == 0) return reduce_dw(dwq, dwk, nullptr, 0, g.head_dim, s);
-  if (rope_params.check_positions) ROPENORM_TRY(cuda::check_positions_on_host(kOp, rc, g, s));
-
-  cuda::QkNormRopeBackwardArgs qa{};
-  cuda::fill_rope_args(rc, g, &qa.rope);
-  qa.rope.inverse = true;  // the transposed rotation: s_i negated
-  qa.gq = cuda::rope_operand(dq_out);
-  qa.gk = cuda::rope_operand(dk_out);
-  qa.wq = wq.data;
-  qa.wk = wk.data;
-  qa.wq_dtype = wq.dtype;
-  qa.wk_dtype = wk.dtype;
-  qa.eps = norm_params.eps;
-  qa.weight_offset = norm_params.weight_offset;
-  qa.q_rstd = q_rstd.defined() ? static_cast<const float*>(q_rstd.data) : nullptr;
-  qa.k_rstd = k_rstd.defined() ? static_cast<const float*>(k_rstd.data) : nullptr;
-
-  // Plan for the largest grid, then for the chosen instance's occupancy (never above it).
-  const int vec = access_width(c, g, qa);
-  core::QkNormRopeBackwardPlan plan =
-      core::plan_qk_norm_rope_backward(g.tokens, g.rotary_dim / 2, g.head_dim, vec, sms);
-  int resident = 0;
-  const Status queried =
-      core::dispatch_float_dtype<cuda::f16, cuda::bf16>(q.dtype, kOp, "q", [&](auto tag) -> Status {
-        resident = cuda::qk_norm_rope_backward_occupancy<typename decltype(tag)::type>(plan);
-        return Status::Ok();
-      });
-  if (!queried.ok()) return queried;
-  plan =
-      core::plan_qk_norm_rope_backward(g.tokens, g.rotary_dim / 2, g.head_dim, vec, sms, resident);
-  const bool want_dw = dwq.defined() || dwk.defined();
-  qa.partials = want_dw ? static_cast<float*>(workspace.data) : nullptr;
-  qa.tokens_per_block = plan.tokens_per_block;
-  qa.group = plan.group;
-  qa.slots = plan.slots;
-  qa.rot_slots = static_cast<int>(g.rotary_dim / 2 / vec);
-
-  const Status launched =
-      core::dispatch_float_dtype<cuda::f16, cuda::bf16>(q.dtype, kOp, "q", [&](auto tag) -> Status {
-        using T = typename decltype(tag)::type;
-        return cuda::launch_qk_norm_rope_backward_typed<T>(qa, plan, s);
-      });
-  if (!launched.ok()) return launched;
-  if (!want_dw) return Status::Ok();
-  return reduce_dw(dwq, dwk, qa.partials, plan.grid, g.head_dim, s);
+  return cuda::run_qk_norm_rope_backward(c, true, stream);
 }
 
 }  // namespace ropenorm

@@ -1,5 +1,6 @@
 // Per-dtype launch of the fused QK-norm + RoPE backward kernel: picks the instantiation for the
-// plan's vector width V and slots per lane KS and launches it on the caller's stream. Included by
+// plan's vector width V and slots per lane KS (or, for a lean plan, the lean kernel for the
+// cos/sin table dtype and style) and launches it on the caller's stream. Included by
 // exactly one .cu per q/k dtype. The weight dtype, the cos/sin source and dtype, the style, the
 // saved-or-recomputed rstd and whether dw is wanted are run-time switches inside the kernel
 // (uniform branches). The pairs (V, KS) instantiated are those a head_dim <= 512 can need:
@@ -13,6 +14,7 @@
 #include "cuda/common/launch.h"
 #include "cuda/common/pdl.cuh"
 #include "cuda/qk_norm_rope_backward/qk_norm_rope_backward_kernels.cuh"
+#include "cuda/qk_norm_rope_backward/qk_norm_rope_backward_lean_kernel.cuh"
 #include "cuda/qk_norm_rope_backward/qk_norm_rope_backward_typed.h"
 #include "ropenorm/status.h"
 
@@ -53,11 +55,41 @@ QkBwdKernel qk_bwd_kernel_for(int vec, int ks) {
   }
 }
 
+// The lean instance for the call's cos/sin table dtype and style (16-bit T), or nullptr.
+template <typename T>
+QkBwdKernel qk_bwd_lean_kernel_for(const QkNormRopeBackwardArgs& a) {
+  if constexpr (sizeof(T) == 2) {
+    switch (a.rope.cs_dtype) {
+      case DType::kFloat32:
+        return a.rope.gptj ? qk_norm_rope_backward_lean_kernel<T, float, true>
+                           : qk_norm_rope_backward_lean_kernel<T, float, false>;
+      case DType::kBFloat16:
+        return a.rope.gptj ? qk_norm_rope_backward_lean_kernel<T, bf16, true>
+                           : qk_norm_rope_backward_lean_kernel<T, bf16, false>;
+      case DType::kFloat16:
+        return a.rope.gptj ? qk_norm_rope_backward_lean_kernel<T, f16, true>
+                           : qk_norm_rope_backward_lean_kernel<T, f16, false>;
+      default:
+        return nullptr;
+    }
+  }
+  return nullptr;
+}
+
+// The instance the plan selects for the call, or nullptr.
+template <typename T>
+QkBwdKernel qk_bwd_planned_kernel(const QkNormRopeBackwardArgs& a,
+                                  const core::QkNormRopeBackwardPlan& plan) {
+  return plan.lean ? qk_bwd_lean_kernel_for<T>(a)
+                   : qk_bwd_kernel_for<T>(plan.vec, plan.slots_per_lane);
+}
+
 }  // namespace detail
 
 template <typename T>
-int qk_norm_rope_backward_occupancy(const core::QkNormRopeBackwardPlan& plan) {
-  const detail::QkBwdKernel k = detail::qk_bwd_kernel_for<T>(plan.vec, plan.slots_per_lane);
+int qk_norm_rope_backward_occupancy(const QkNormRopeBackwardArgs& a,
+                                    const core::QkNormRopeBackwardPlan& plan) {
+  const detail::QkBwdKernel k = detail::qk_bwd_planned_kernel<T>(a, plan);
   if (k == nullptr) return 0;
   return blocks_per_sm(reinterpret_cast<const void*>(k), plan.threads, plan.smem_bytes);
 }
@@ -66,15 +98,18 @@ template <typename T>
 Status launch_qk_norm_rope_backward_typed(const QkNormRopeBackwardArgs& a,
                                           const core::QkNormRopeBackwardPlan& plan,
                                           cudaStream_t stream) {
-  const detail::QkBwdKernel k = detail::qk_bwd_kernel_for<T>(plan.vec, plan.slots_per_lane);
+  const detail::QkBwdKernel k = detail::qk_bwd_planned_kernel<T>(a, plan);
   if (k == nullptr) {
     return Status(StatusCode::kUnsupported,
-                  "qk_norm_rope_backward: no kernel for vector width " + std::to_string(plan.vec) +
-                      " with " + std::to_string(plan.slots_per_lane) + " slots per lane");
+                  std::string("qk_norm_rope_backward: no ") + (plan.lean ? "lean " : "") +
+                      "kernel for vector width " + std::to_string(plan.vec) + " with " +
+                      std::to_string(plan.slots_per_lane) + " slots per lane");
   }
-  cudaError_t err =
-      launch_with_pdl(k, dim3(static_cast<unsigned>(plan.grid)),
-                      dim3(static_cast<unsigned>(plan.threads)), plan.smem_bytes, stream, a);
+  const dim3 grid(static_cast<unsigned>(plan.grid), static_cast<unsigned>(plan.head_groups));
+  const dim3 block = plan.lean
+                         ? dim3(static_cast<unsigned>(plan.group), static_cast<unsigned>(plan.rows))
+                         : dim3(static_cast<unsigned>(plan.threads));
+  cudaError_t err = launch_with_pdl(k, grid, block, plan.smem_bytes, stream, a);
   if (err == cudaSuccess) err = cudaGetLastError();
   if (err != cudaSuccess) {
     cudaGetLastError();
@@ -86,7 +121,8 @@ Status launch_qk_norm_rope_backward_typed(const QkNormRopeBackwardArgs& a,
 }
 
 #define ROPENORM_INSTANTIATE_QK_NORM_ROPE_BACKWARD(T)                                   \
-  template int qk_norm_rope_backward_occupancy<T>(const core::QkNormRopeBackwardPlan&); \
+  template int qk_norm_rope_backward_occupancy<T>(const QkNormRopeBackwardArgs&,        \
+                                                  const core::QkNormRopeBackwardPlan&); \
   template Status launch_qk_norm_rope_backward_typed<T>(                                \
       const QkNormRopeBackwardArgs&, const core::QkNormRopeBackwardPlan&, cudaStream_t);
 
