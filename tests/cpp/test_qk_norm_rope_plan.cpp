@@ -50,8 +50,13 @@ TEST(CpuQkNormRopePlan, LeanKernelForShortRunsWithLoadedCosSin) {
   EXPECT_EQ(p.rope.by, 40);
   EXPECT_EQ(p.rope.bz, 1);
   EXPECT_EQ(p.rope.grid, 1);
-  // Every run length: the RoPE bound does not apply.
+  // Every run length for blocks of up to kQkLeanLongRunThreads threads (8 lanes x 40 heads,
+  // 16 x 32); larger blocks (16 x 40) up to the RoPE bound.
   EXPECT_EQ(plan_qk_norm_rope(facts(kRopeLeanMaxTokens, 40, 256, 256, 8, 2, true, true)).kernel,
+            QkKernel::kLean);
+  EXPECT_EQ(plan_qk_norm_rope(facts(kRopeLeanMaxTokens + 1, 40, 256, 256, 8, 2, true, true)).kernel,
+            QkKernel::kPair);
+  EXPECT_EQ(plan_qk_norm_rope(facts(65536, 32, 256, 256, 8, 2, true, true)).kernel,
             QkKernel::kLean);
   p = plan_qk_norm_rope(facts(65536, 40, 128, 128, 8, 2, true, true));
   EXPECT_EQ(p.kernel, QkKernel::kLean);
