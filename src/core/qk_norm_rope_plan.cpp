@@ -28,7 +28,7 @@ QkNormRopePlan plan_qk_norm_rope(const QkNormRopeFacts& f) {
     lf.heads = f.heads;
     lf.half = half;
     lf.head_dim = f.head_dim;
-    const bool small_block = (half / kQkVecChannels) * f.heads <= kRopeLeanLongRunThreads;
+    const bool small_block = (half / kQkVecChannels) * f.heads <= kQkLeanLongRunThreads;
     if (f.allow_lean && rope_lean(lf, small_block ? kQkLeanMaxTokens : kRopeLeanMaxTokens)) {
       p.kernel = QkKernel::kLean;
       p.rope = plan_rope_lean(lf);

@@ -35,11 +35,15 @@ struct QkNormRopeFacts {
   bool allow_lean = true;       ///< false: never the lean kernel (tests comparing it with pair)
 };
 
-/// Most tokens a lean QK-norm + RoPE launch of at most kRopeLeanLongRunThreads threads per block
+/// Most tokens a lean QK-norm + RoPE launch of at most kQkLeanLongRunThreads threads per block
 /// serves: every run (H200, bf16, D 128, 32 + 8 heads, bench/experiments/decode.cu at 74a932b:
 /// 470.7 us against the pair kernel's 573.3 at T = 65536, 121.4 against 147.4 at 16384, 12.64
 /// against 13.22 at 1024), within rope_lean's grid limits. Larger blocks: kRopeLeanMaxTokens.
 constexpr int64_t kQkLeanMaxTokens = INT64_MAX;
+/// Threads per lean block up to which the lean kernel serves long runs. Under its 64-register
+/// budget a multiprocessor holds 2 blocks of 512 threads (3 of 320), but 1 of 640: D 256 with 32
+/// + 8 heads ran 1479.9 us at T = 65536 (main job, 27aacad) against the pair kernel's 1192.1.
+constexpr int64_t kQkLeanLongRunThreads = 512;
 
 enum class QkKernel {
   kLean,    ///< short runs: the lean RoPE launch (one block per token, a head per thread row)
@@ -61,7 +65,7 @@ struct QkNormRopePlan {
 
 /// The first kernel that applies, in the order lean, pair, vector, scalar:
 ///  - lean (when allow_lean): what pair needs, cos/sin loaded and rope_lean's thread and grid
-///    bounds with kQkLeanMaxTokens for blocks of at most kRopeLeanLongRunThreads threads, else
+///    bounds with kQkLeanMaxTokens for blocks of at most kQkLeanLongRunThreads threads, else
 ///    with kRopeLeanMaxTokens (the norm's butterfly runs over the h / 8 lanes of a thread row);
 ///    shape from plan_rope_lean;
 ///  - pair: 16-bit q/k, access width 8, R = D, h / 8 a power of two <= 32, both weights 16-byte

@@ -71,12 +71,6 @@ bool rope_lean(const RopeLeanFacts& f, int64_t max_tokens) {
   return (f.half / kRopeLeanVec) * f.heads <= kRopeLeanMaxThreads;
 }
 
-bool rope_uses_lean(const RopeLeanFacts& f) {
-  if (rope_lean(f)) return true;
-  const bool small_block = (f.half / kRopeLeanVec) * f.heads <= kRopeLeanLongRunThreads;
-  return small_block && f.tokens >= kRopeLeanLongRunTokens && rope_lean(f, INT64_MAX);
-}
-
 RopePlan plan_rope_lean(const RopeLeanFacts& f) {
   const int64_t seq = f.seq > 0 ? f.seq : f.tokens;
   RopePlan p;

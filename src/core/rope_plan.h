@@ -100,22 +100,6 @@ constexpr int64_t kRopeLeanMaxSeq = 2147483647;
 /// <= kRopeMaxHeadGroups (the grid (S, B)).
 bool rope_lean(const RopeLeanFacts& f, int64_t max_tokens = kRopeLeanMaxTokens);
 
-/// Fewest tokens from which the RoPE launcher takes the lean kernel again, for blocks of at most
-/// kRopeLeanLongRunThreads threads (bench/experiments/decode.cu at 74a932b, H200, bf16, D 128,
-/// 32 + 8 heads, lean against general: 26.98 / 29.12 us at T = 4096, 97.79 / 101.73 at 16384,
-/// 384.06 / 392.61 at 65536; but 9.98 / 9.54 at 1024).
-constexpr int64_t kRopeLeanLongRunTokens = 4096;
-/// Threads per lean block up to which the lean kernels serve long runs: under the 64-register
-/// budget of the lean QK-norm + RoPE kernel a multiprocessor holds 2 blocks of 512 threads (3 of
-/// 320) but 1 of 640 (D 256 with 32 + 8 heads: 1479.9 us at T = 65536 in the main job at
-/// 27aacad, against the pair kernel's 1192.1).
-constexpr int64_t kRopeLeanLongRunThreads = 512;
-
-/// The RoPE launcher's choice: rope_lean with kRopeLeanMaxTokens, or with no token bound from
-/// kRopeLeanLongRunTokens tokens on when the lean block has at most kRopeLeanLongRunThreads
-/// threads.
-bool rope_uses_lean(const RopeLeanFacts& f);
-
 /// The lean launch of a call rope_lean accepts, B = T / S sequences of S tokens: grid (S, B),
 /// block (h / kRopeLeanVec, Hq + Hk, 1), vec kRopeLeanVec, single and lean set.
 RopePlan plan_rope_lean(const RopeLeanFacts& f);

@@ -311,10 +311,8 @@ TEST(GpuRope, InverseAgainstOracle) {
 }
 
 // Long token runs (T >= kRopeLongRunTokens: the single-round kernel at its long-run register
-// budget, or the lean kernel where the launcher takes it: 16-bit q/k, R = D, cos/sin loaded,
-// blocks of at most kRopeLeanLongRunThreads threads): every source, both styles, every dtype,
-// pass-through channels in and out of place, [B, S] with S not dividing the grid, packed QKV views,
-// head groups, the inverse.
+// budget): every source, both styles, every dtype, pass-through channels in and out of place,
+// [B, S] with S not dividing the grid, packed QKV views, head groups, the inverse.
 TEST(GpuRope, LongRuns) {
   ROPENORM_REQUIRE_GPU();
   uint64_t seed = 1050;
@@ -484,8 +482,7 @@ TEST(GpuRope, GptjIsNeoxAfterChannelPermutation) {
 }
 
 // Token 0's output bits are the same whatever T (and whatever kernel and block shape the plan
-// picks: the lean kernel up to kRopeLeanMaxTokens tokens and from kRopeLeanLongRunTokens on, the
-// general one between), for both
+// picks: the lean kernel up to kRopeLeanMaxTokens tokens, the general one above), for both
 // styles, both directions, 16-bit data types and table dtypes, and head dims 64 / 128 / 256.
 TEST(GpuRope, TokenResultIndependentOfT) {
   ROPENORM_REQUIRE_GPU();

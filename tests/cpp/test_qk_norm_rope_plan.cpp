@@ -50,7 +50,7 @@ TEST(CpuQkNormRopePlan, LeanKernelForShortRunsWithLoadedCosSin) {
   EXPECT_EQ(p.rope.by, 40);
   EXPECT_EQ(p.rope.bz, 1);
   EXPECT_EQ(p.rope.grid, 1);
-  // Every run length for blocks of up to kRopeLeanLongRunThreads threads (8 lanes x 40 heads,
+  // Every run length for blocks of up to kQkLeanLongRunThreads threads (8 lanes x 40 heads,
   // 16 x 32); larger blocks (16 x 40) up to the RoPE bound.
   EXPECT_EQ(plan_qk_norm_rope(facts(kRopeLeanMaxTokens, 40, 256, 256, 8, 2, true, true)).kernel,
             QkKernel::kLean);

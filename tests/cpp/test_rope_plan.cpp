@@ -211,23 +211,6 @@ TEST(CpuRopePlan, LeanRuleForShortRunsOnly) {
   EXPECT_FALSE(rope_lean(f, INT64_MAX));
 }
 
-TEST(CpuRopePlan, RopeLauncherTakesLeanForShortAndLongRuns) {
-  EXPECT_TRUE(rope_uses_lean(lean_facts(1, 40, 64, 128)));
-  EXPECT_TRUE(rope_uses_lean(lean_facts(kRopeLeanMaxTokens, 40, 64, 128)));
-  EXPECT_FALSE(rope_uses_lean(lean_facts(kRopeLeanMaxTokens + 1, 40, 64, 128)));
-  EXPECT_FALSE(rope_uses_lean(lean_facts(kRopeLeanLongRunTokens - 1, 40, 64, 128)));
-  EXPECT_TRUE(rope_uses_lean(lean_facts(kRopeLeanLongRunTokens, 40, 64, 128)));
-  EXPECT_TRUE(rope_uses_lean(lean_facts(65536, 32, 128, 256)));  // 16 lanes x 32 heads
-  // Long runs need a block of at most kRopeLeanLongRunThreads (16 lanes x 40 heads is 640).
-  EXPECT_TRUE(rope_uses_lean(lean_facts(kRopeLeanMaxTokens, 40, 128, 256)));
-  EXPECT_FALSE(rope_uses_lean(lean_facts(65536, 40, 128, 256)));
-  // What rope_lean refuses, at any T.
-  RopeLeanFacts f = lean_facts(65536, 40, 64, 128);
-  f.cos_sin_loaded = false;
-  EXPECT_FALSE(rope_uses_lean(f));
-  EXPECT_FALSE(rope_uses_lean(lean_facts(65536, 40, 32, 128)));
-}
-
 TEST(CpuRopePlan, LeanLaunchShape) {
   RopePlan p = plan_rope_lean(lean_facts(7, 40, 64, 128));
   EXPECT_TRUE(p.lean);

@@ -59,9 +59,8 @@ Status rope(const TensorRef& q, const TensorRef& k, const TensorRef& q_out, cons
   lf.heads = g.hq + g.hk;
   lf.half = h;
   lf.head_dim = g.head_dim;
-  const core::RopePlan plan = core::rope_uses_lean(lf)
-                                  ? core::plan_rope_lean(lf)
-                                  : core::plan_rope(g.tokens, lf.heads, h, vec);
+  const core::RopePlan plan =
+      core::rope_lean(lf) ? core::plan_rope_lean(lf) : core::plan_rope(g.tokens, lf.heads, h, vec);
 
   return core::dispatch_float_dtype<cuda::f16, cuda::bf16>(
       q.dtype, kOp, "q", [&](auto tag) -> Status {
