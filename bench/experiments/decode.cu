@@ -2,8 +2,8 @@
 // tokens, and up to which T should the library's lean kernels serve?
 // bf16 q [T, 32, 128] and k [T, 8, 128], neox, f32 cos/sin cache of P rows, random int64
 // positions, out of place, no rstd saved. Per T, five runs of the same inputs:
-//  - library: the public rope / qk_norm_rope call (lean kernels up to core::kRopeLeanMaxTokens
-//    tokens, general ones above);
+//  - library: the public rope / qk_norm_rope call (the lean RoPE kernel up to
+//    core::kRopeLeanMaxTokens tokens, the general one above; the lean QK kernel at every T here);
 //  - lean: the library's lean kernel forced at this T (core::plan_rope_lean, launched through
 //    the library's own typed launcher), general: its general kernel forced (plan_rope; the QK
 //    pair kernel);
@@ -15,8 +15,10 @@
 //    this; its RoPE and QK-norm + RoPE kernels do not: at b444e66 this program measured the
 //    trigger 0.06-0.25 us slower for the fixed kernels up to T = 256, and the main job no faster
 //    for the general ones).
-// Every run's output is compared bit for bit with the library call's. Last, the QK fixed kernel
-// with the library lean kernel's run-time generalities one at a time (Dyn), at T = 1 and 64.
+// Every run's output is compared bit for bit with the library call's. For QK, also the fixed
+// kernel reading the library's argument block (libargs_kernel: plain, with the library's
+// addressing, with its other run-time generalities too). Last, the QK fixed kernel with the
+// library lean kernel's run-time generalities one at a time (Dyn), at T = 1 and 64.
 // Graph-replay medians for T <= 256, cold-L2 event medians above. Not part of the build:
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90,code=sm_90 -Iinclude -Isrc \
 //        bench/experiments/decode.cu build/libropenorm.a -o decode
@@ -34,9 +36,11 @@
 #include "cuda/common/dtype.cuh"
 #include "cuda/common/pdl.cuh"
 #include "cuda/qk_norm_rope/qk_norm_rope_host.h"
+#include "cuda/qk_norm_rope/qk_norm_rope_kernels.cuh"
 #include "cuda/qk_norm_rope/qk_norm_rope_typed.h"
 #include "cuda/rms_norm/rms_norm_math.cuh"
 #include "cuda/rope/rope_host.h"
+#include "cuda/rope/rope_kernels.cuh"
 #include "cuda/rope/rope_math.cuh"
 #include "cuda/rope/rope_typed.h"
 #include "decode_inputs.cuh"
@@ -118,6 +122,88 @@ __global__ void __launch_bounds__(kLanes*(kHq + kHk)) lean_kernel(const LeanArgs
   for (int i = 0; i < kV; ++i) rope_rotate_pair(x0[i], x1[i], c[i], s[i], &y0[i], &y1[i]);
   store_pack<bf16, kV>(dst + j * kV, y0);
   store_pack<bf16, kV>(dst + kHalf + j * kV, y1);
+}
+
+// The fixed QK kernel's shape and math, but reading everything from the library's own argument
+// block (QkNormRopeArgs, as fill_qk_norm_rope_args builds it for this call). kAddr: addresses,
+// position and cos/sin rows through the library's general functions (rope_head_ptr,
+// rope_position, rope_cos_sin_rows, rope_apply_direction) instead of the fixed shape's
+// contiguous offsets; kDyn: also the lean kernel's run-time butterfly width, weight dtype (with
+// the weight offset), divisor D and the rstd store. With both, the kernel does what the library's
+// lean kernel does, in the fixed kernel's code.
+template <bool kAddr, bool kDyn>
+__global__ void __launch_bounds__(kLanes*(kHq + kHk)) libargs_kernel(const QkNormRopeArgs args) {
+  const RopeKernelArgs& a = args.rope;
+  const int64_t t = blockIdx.x;
+  const int j = threadIdx.x, h = threadIdx.y;
+  const bool is_q = h < kHq;
+  const int local = is_q ? h : h - kHq;
+  griddep_wait();
+  const bf16* src;
+  bf16* dst;
+  if constexpr (kAddr) {
+    src = rope_head_ptr<bf16>(is_q ? a.q : a.k, 0, t, local);
+    dst = const_cast<bf16*>(rope_head_ptr<bf16>(is_q ? a.q_out : a.k_out, 0, t, local));
+  } else {
+    const int64_t head_off = (is_q ? t * kHq + h : t * kHk + (h - kHq)) * kD;
+    src = static_cast<const bf16*>(is_q ? a.q.data : a.k.data) + head_off;
+    dst = static_cast<bf16*>(is_q ? a.q_out.data : a.k_out.data) + head_off;
+  }
+  float x0[kV], x1[kV], c[kV], sn[kV];
+  load_pack<bf16, kV>(src + j * kV, x0);
+  load_pack<bf16, kV>(src + kHalf + j * kV, x1);
+  if constexpr (kAddr) {
+    const int64_t p = a.source == RopeSource::kGathered ? 0 : rope_position(a, 0, t);
+    int64_t co, so;
+    rope_cos_sin_rows(a, p, 0, t, co, so);
+    load_pack<float, kV>(static_cast<const float*>(a.cos) + co + j * kV, c);
+    load_pack<float, kV>(static_cast<const float*>(a.sin) + so + j * kV, sn);
+    rope_apply_direction<kV>(a, sn);
+  } else {
+    const int64_t p = static_cast<const int64_t*>(a.pos)[t];
+    const float* cache = static_cast<const float*>(a.cos);
+    load_pack<float, kV>(cache + p * kD + j * kV, c);
+    load_pack<float, kV>(cache + p * kD + kHalf + j * kV, sn);
+  }
+  float ss = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kV; ++i) ss = __fmaf_rn(x0[i], x0[i], ss);
+#pragma unroll
+  for (int i = 0; i < kV; ++i) ss = __fmaf_rn(x1[i], x1[i], ss);
+  const int g = kDyn ? static_cast<int>(blockDim.x) : kLanes;
+  const int lane = (threadIdx.y * g + threadIdx.x) & 31;
+  const unsigned mask = ((1u << g) - 1u) << (lane & ~(g - 1));
+  for (int off = g >> 1; off > 0; off >>= 1) ss += __shfl_xor_sync(mask, ss, off);
+  const float r = rms_rstd(ss, kDyn ? a.head_dim : kD, args.eps);
+  float w0[kV], w1[kV];
+  if constexpr (kDyn) {
+    const void* w = is_q ? args.wq : args.wk;
+    const DType wdt = is_q ? args.wq_dtype : args.wk_dtype;
+    load_pack_dyn<kV>(w, wdt, j * kV, w0);
+    load_pack_dyn<kV>(w, wdt, kHalf + j * kV, w1);
+#pragma unroll
+    for (int i = 0; i < kV; ++i) {
+      w0[i] += args.weight_offset;
+      w1[i] += args.weight_offset;
+    }
+  } else {
+    const bf16* w = static_cast<const bf16*>(is_q ? args.wq : args.wk);
+    load_pack<bf16, kV>(w + j * kV, w0);
+    load_pack<bf16, kV>(w + kHalf + j * kV, w1);
+  }
+#pragma unroll
+  for (int i = 0; i < kV; ++i) {
+    x0[i] = rms_apply_exact(x0[i], r, w0[i]);
+    x1[i] = rms_apply_exact(x1[i], r, w1[i]);
+  }
+  float y0[kV], y1[kV];
+#pragma unroll
+  for (int i = 0; i < kV; ++i) rope_rotate_pair(x0[i], x1[i], c[i], sn[i], &y0[i], &y1[i]);
+  store_pack<bf16, kV>(dst + j * kV, y0);
+  store_pack<bf16, kV>(dst + kHalf + j * kV, y1);
+  if constexpr (kDyn) {
+    if (threadIdx.x == 0) qk_store_rstd(args, t, h, r);
+  }
 }
 
 template <typename F>
@@ -240,6 +326,23 @@ int main() {
           norm ? "qk_norm_rope" : "rope", static_cast<long long>(t), t <= 256 ? "graph" : "cold ",
           time_at(t, lib), time_at(t, forced(true)), time_at(t, forced(false)),
           time_at(t, fixed(false)), time_at(t, fixed(true)), differ, nq + nk);
+      if (norm) {
+        auto libargs = [&](auto kern) {
+          return [&, kern](cudaStream_t st) {
+            CK(launch_with_pdl(kern, dim3(static_cast<unsigned>(t)), dim3(kLanes, kHq + kHk), 0, st,
+                               qa));
+          };
+        };
+        const auto f1 = libargs(libargs_kernel<false, false>);
+        const auto f2 = libargs(libargs_kernel<true, false>);
+        const auto f3 = libargs(libargs_kernel<true, true>);
+        const size_t d2 = differ_after(f1) + differ_after(f2) + differ_after(f3);
+        std::printf(
+            "qk libargs   T=%5lld %s: fixed, library args %8.2f | + library addressing %8.2f | "
+            "+ run-time g, w dtype, D, rstd %8.2f us | %zu elements differ (3 runs)\n",
+            static_cast<long long>(t), t <= 256 ? "graph" : "cold ", time_at(t, f1), time_at(t, f2),
+            time_at(t, f3), d2);
+      }
     }
   }
   // The QK fixed kernel with the library lean kernel's run-time generalities one at a time.
