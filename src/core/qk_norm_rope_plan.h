@@ -46,7 +46,7 @@ constexpr int64_t kQkLeanMaxTokens = INT64_MAX;
 constexpr int64_t kQkLeanLongRunThreads = 512;
 
 enum class QkKernel {
-  kLean,    ///< short runs: the lean RoPE launch (one block per token, a head per thread row)
+  kLean,    ///< the lean RoPE launch (one block per token, a head per thread row)
   kPair,    ///< the RoPE kernel's layout plus the norm (16-bit, 16-byte accesses, R = D)
   kVector,  ///< 8 contiguous channels per lane, the NeoX partner by shuffle (16-bit)
   kScalar,  ///< any even D and alignment: a pair per lane slot, scalar accesses
