@@ -341,4 +341,43 @@ Status validate_qk_norm_rope_backward(const QkNormRopeBackwardCall& c, int devic
   return Status::Ok();
 }
 
+QkNormRopeCall qk_norm_rope_call(const TensorRef& q, const TensorRef& k, const TensorRef& wq,
+                                 const TensorRef& wk, const TensorRef& q_out,
+                                 const TensorRef& k_out, const TensorRef& q_rstd,
+                                 const TensorRef& k_rstd, const RopePositions& positions,
+                                 const RopeCosSin& cos_sin, const RopeParams& rope_params,
+                                 const QkNormParams& norm_params) {
+  QkNormRopeCall c;
+  c.rope.q = q;
+  c.rope.k = k;
+  c.rope.q_out = q_out;
+  c.rope.k_out = k_out;
+  c.rope.positions = positions;
+  c.rope.cos_sin = cos_sin;
+  c.rope.params = rope_params;
+  c.wq = wq;
+  c.wk = wk;
+  c.q_rstd = q_rstd;
+  c.k_rstd = k_rstd;
+  c.norm = norm_params;
+  return c;
+}
+
+QkNormRopeBackwardCall qk_norm_rope_backward_call(
+    const TensorRef& dq_out, const TensorRef& dk_out, const TensorRef& q, const TensorRef& k,
+    const TensorRef& wq, const TensorRef& wk, const TensorRef& q_rstd, const TensorRef& k_rstd,
+    const TensorRef& dq, const TensorRef& dk, const TensorRef& dwq, const TensorRef& dwk,
+    const TensorRef& workspace, const RopePositions& positions, const RopeCosSin& cos_sin,
+    const RopeParams& rope_params, const QkNormParams& norm_params) {
+  QkNormRopeBackwardCall c;
+  c.fwd = qk_norm_rope_call(q, k, wq, wk, dq, dk, q_rstd, k_rstd, positions, cos_sin, rope_params,
+                            norm_params);
+  c.dq_out = dq_out;
+  c.dk_out = dk_out;
+  c.dwq = dwq;
+  c.dwk = dwk;
+  c.workspace = workspace;
+  return c;
+}
+
 }  // namespace ropenorm::core

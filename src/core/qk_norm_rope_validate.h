@@ -17,6 +17,14 @@ struct QkNormRopeCall {
   QkNormParams norm;
 };
 
+/// The call record of qk_norm_rope's arguments (the public entry point's order).
+QkNormRopeCall qk_norm_rope_call(const TensorRef& q, const TensorRef& k, const TensorRef& wq,
+                                 const TensorRef& wk, const TensorRef& q_out,
+                                 const TensorRef& k_out, const TensorRef& q_rstd,
+                                 const TensorRef& k_rstd, const RopePositions& positions,
+                                 const RopeCosSin& cos_sin, const RopeParams& rope_params,
+                                 const QkNormParams& norm_params);
+
 /// Largest head_dim the fused kernel serves (a head vector is held in one warp's registers).
 constexpr int64_t kQkNormRopeMaxHeadDim = 512;
 
@@ -37,6 +45,14 @@ struct QkNormRopeBackwardCall {
   TensorRef dwq, dwk;        ///< weight gradients (written), or absent
   TensorRef workspace;       ///< fp32 dw partials (written), or absent
 };
+
+/// The call record of qk_norm_rope_backward's arguments (the public entry point's order).
+QkNormRopeBackwardCall qk_norm_rope_backward_call(
+    const TensorRef& dq_out, const TensorRef& dk_out, const TensorRef& q, const TensorRef& k,
+    const TensorRef& wq, const TensorRef& wk, const TensorRef& q_rstd, const TensorRef& k_rstd,
+    const TensorRef& dq, const TensorRef& dk, const TensorRef& dwq, const TensorRef& dwk,
+    const TensorRef& workspace, const RopePositions& positions, const RopeCosSin& cos_sin,
+    const RopeParams& rope_params, const QkNormParams& norm_params);
 
 /// Everything validate_qk_norm_rope checks on fwd (messages naming this op, dq and dk), plus:
 /// rope params' inverse false, dq / dk not the forward's inputs, dq_out / dk_out shapes and

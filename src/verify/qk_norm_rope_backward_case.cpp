@@ -165,25 +165,10 @@ QkNormRopeBackwardOutcome run_case(const QkNormRopeBackwardCase& bc,
   np.eps = bc.eps;
   np.weight_offset = bc.weight_offset;
 
-  core::QkNormRopeBackwardCall call;
-  call.fwd.rope.q = q;
-  call.fwd.rope.k = k;
-  call.fwd.rope.q_out = dq;
-  call.fwd.rope.k_out = dk;
-  call.fwd.rope.positions = dev.pos;
-  call.fwd.rope.cos_sin = dev.cs;
-  call.fwd.rope.params = params;
-  call.fwd.wq = dev.wq;
-  call.fwd.wk = dev.wk;
-  call.fwd.q_rstd = q_rstd;
-  call.fwd.k_rstd = k_rstd;
-  call.fwd.norm = np;
-  call.dq_out = dq_out;
-  call.dk_out = dk_out;
-  call.dwq = dwq;
-  call.dwk = dwk;
-  call.workspace = ws;
-  out.status = cuda::run_qk_norm_rope_backward(call, bc.allow_lean, Stream{});
+  out.status = cuda::run_qk_norm_rope_backward(
+      core::qk_norm_rope_backward_call(dq_out, dk_out, q, k, dev.wq, dev.wk, q_rstd, k_rstd, dq, dk,
+                                       dwq, dwk, ws, dev.pos, dev.cs, params, np),
+      bc.allow_lean, Stream{});
   if (out.status.ok()) out.status = sync_device();
 
   // Inputs must be unchanged in every outcome (the gradients too when out of place).

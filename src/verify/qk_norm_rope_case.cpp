@@ -105,20 +105,10 @@ QkNormRopeOutcome run_case(const QkNormRopeCase& qc, const QkNormRopeInputs& in)
   np.eps = qc.eps;
   np.weight_offset = qc.weight_offset;
 
-  core::QkNormRopeCall call;
-  call.rope.q = q;
-  call.rope.k = k;
-  call.rope.q_out = q_out;
-  call.rope.k_out = k_out;
-  call.rope.positions = dev.pos;
-  call.rope.cos_sin = dev.cs;
-  call.rope.params = params;
-  call.wq = dev.wq;
-  call.wk = dev.wk;
-  call.q_rstd = q_rstd;
-  call.k_rstd = k_rstd;
-  call.norm = np;
-  out.status = cuda::run_qk_norm_rope(call, qc.allow_lean, Stream{});
+  out.status =
+      cuda::run_qk_norm_rope(core::qk_norm_rope_call(q, k, dev.wq, dev.wk, q_out, k_out, q_rstd,
+                                                     k_rstd, dev.pos, dev.cs, params, np),
+                             qc.allow_lean, Stream{});
   if (out.status.ok()) out.status = sync_device();
   if (!out.status.ok()) {
     for (size_t i = 0; i < ob.size(); ++i) {

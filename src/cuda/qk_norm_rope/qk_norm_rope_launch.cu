@@ -59,20 +59,10 @@ Status qk_norm_rope(const TensorRef& q, const TensorRef& k, const TensorRef& wq,
                     const TensorRef& q_rstd, const TensorRef& k_rstd,
                     const RopePositions& positions, const RopeCosSin& cos_sin,
                     const RopeParams& rope_params, const QkNormParams& norm_params, Stream stream) {
-  core::QkNormRopeCall c;
-  c.rope.q = q;
-  c.rope.k = k;
-  c.rope.q_out = q_out;
-  c.rope.k_out = k_out;
-  c.rope.positions = positions;
-  c.rope.cos_sin = cos_sin;
-  c.rope.params = rope_params;
-  c.wq = wq;
-  c.wk = wk;
-  c.q_rstd = q_rstd;
-  c.k_rstd = k_rstd;
-  c.norm = norm_params;
-  return cuda::run_qk_norm_rope(c, true, stream);
+  return cuda::run_qk_norm_rope(
+      core::qk_norm_rope_call(q, k, wq, wk, q_out, k_out, q_rstd, k_rstd, positions, cos_sin,
+                              rope_params, norm_params),
+      true, stream);
 }
 
 }  // namespace ropenorm

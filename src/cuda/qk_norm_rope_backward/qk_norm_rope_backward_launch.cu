@@ -189,26 +189,11 @@ Status qk_norm_rope_backward(const TensorRef& dq_out, const TensorRef& dk_out, c
                              const TensorRef& workspace, const RopePositions& positions,
                              const RopeCosSin& cos_sin, const RopeParams& rope_params,
                              const QkNormParams& norm_params, Stream stream) {
-  core::QkNormRopeBackwardCall c;
-  core::RopeCall& rc = c.fwd.rope;
-  rc.q = q;
-  rc.k = k;
-  rc.q_out = dq;
-  rc.k_out = dk;
-  rc.positions = positions;
-  rc.cos_sin = cos_sin;
-  rc.params = rope_params;
-  c.fwd.wq = wq;
-  c.fwd.wk = wk;
-  c.fwd.q_rstd = q_rstd;
-  c.fwd.k_rstd = k_rstd;
-  c.fwd.norm = norm_params;
-  c.dq_out = dq_out;
-  c.dk_out = dk_out;
-  c.dwq = dwq;
-  c.dwk = dwk;
-  c.workspace = workspace;
-  return cuda::run_qk_norm_rope_backward(c, true, stream);
+  return cuda::run_qk_norm_rope_backward(
+      core::qk_norm_rope_backward_call(dq_out, dk_out, q, k, wq, wk, q_rstd, k_rstd, dq, dk, dwq,
+                                       dwk, workspace, positions, cos_sin, rope_params,
+                                       norm_params),
+      true, stream);
 }
 
 }  // namespace ropenorm
