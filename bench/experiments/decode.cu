@@ -125,13 +125,16 @@ __global__ void __launch_bounds__(kLanes*(kHq + kHk)) lean_kernel(const LeanArgs
 }
 
 // The fixed QK kernel's shape and math, but reading everything from the library's own argument
-// block (QkNormRopeArgs, as fill_qk_norm_rope_args builds it for this call). kAddr: addresses,
-// position and cos/sin rows through the library's general functions (rope_head_ptr,
-// rope_position, rope_cos_sin_rows, rope_apply_direction) instead of the fixed shape's
-// contiguous offsets; kDyn: also the lean kernel's run-time butterfly width, weight dtype (with
-// the weight offset), divisor D and the rstd store. With both, the kernel does what the library's
-// lean kernel does, in the fixed kernel's code.
-template <bool kAddr, bool kDyn>
+// block (QkNormRopeArgs, as fill_qk_norm_rope_args builds it for this call). kAddr, a set of
+// bits, takes parts of the addressing from the library's general functions instead of the fixed
+// shape's contiguous offsets: kHeadPtrs the input and output head pointers (rope_head_ptr: b sb +
+// s ss + head sh), kPosition the position (rope_position: explicit or arange, int32 or int64,
+// strided), kCosSinRows the cos/sin rows and direction (rope_cos_sin_rows, separate cos and sin
+// pointers, rope_apply_direction). kDyn: also the lean kernel's run-time butterfly width, weight
+// dtype (with the weight offset), divisor D and the rstd store. With all of them, the kernel does
+// what the library's lean kernel does, in the fixed kernel's code.
+constexpr int kHeadPtrs = 1, kPosition = 2, kCosSinRows = 4, kAllAddr = 7;
+template <int kAddr, bool kDyn>
 __global__ void __launch_bounds__(kLanes*(kHq + kHk)) libargs_kernel(const QkNormRopeArgs args) {
   const RopeKernelArgs& a = args.rope;
   const int64_t t = blockIdx.x;
@@ -141,7 +144,7 @@ __global__ void __launch_bounds__(kLanes*(kHq + kHk)) libargs_kernel(const QkNor
   griddep_wait();
   const bf16* src;
   bf16* dst;
-  if constexpr (kAddr) {
+  if constexpr ((kAddr & kHeadPtrs) != 0) {
     src = rope_head_ptr<bf16>(is_q ? a.q : a.k, 0, t, local);
     dst = const_cast<bf16*>(rope_head_ptr<bf16>(is_q ? a.q_out : a.k_out, 0, t, local));
   } else {
@@ -152,15 +155,19 @@ __global__ void __launch_bounds__(kLanes*(kHq + kHk)) libargs_kernel(const QkNor
   float x0[kV], x1[kV], c[kV], sn[kV];
   load_pack<bf16, kV>(src + j * kV, x0);
   load_pack<bf16, kV>(src + kHalf + j * kV, x1);
-  if constexpr (kAddr) {
-    const int64_t p = a.source == RopeSource::kGathered ? 0 : rope_position(a, 0, t);
+  int64_t p;
+  if constexpr ((kAddr & kPosition) != 0) {
+    p = a.source == RopeSource::kGathered ? 0 : rope_position(a, 0, t);
+  } else {
+    p = static_cast<const int64_t*>(a.pos)[t];
+  }
+  if constexpr ((kAddr & kCosSinRows) != 0) {
     int64_t co, so;
     rope_cos_sin_rows(a, p, 0, t, co, so);
     load_pack<float, kV>(static_cast<const float*>(a.cos) + co + j * kV, c);
     load_pack<float, kV>(static_cast<const float*>(a.sin) + so + j * kV, sn);
     rope_apply_direction<kV>(a, sn);
   } else {
-    const int64_t p = static_cast<const int64_t*>(a.pos)[t];
     const float* cache = static_cast<const float*>(a.cos);
     load_pack<float, kV>(cache + p * kD + j * kV, c);
     load_pack<float, kV>(cache + p * kD + kHalf + j * kV, sn);
@@ -333,15 +340,20 @@ int main() {
                                qa));
           };
         };
-        const auto f1 = libargs(libargs_kernel<false, false>);
-        const auto f2 = libargs(libargs_kernel<true, false>);
-        const auto f3 = libargs(libargs_kernel<true, true>);
-        const size_t d2 = differ_after(f1) + differ_after(f2) + differ_after(f3);
+        const auto f1 = libargs(libargs_kernel<0, false>);
+        const auto fh = libargs(libargs_kernel<kHeadPtrs, false>);
+        const auto fp = libargs(libargs_kernel<kPosition, false>);
+        const auto fc = libargs(libargs_kernel<kCosSinRows, false>);
+        const auto f2 = libargs(libargs_kernel<kAllAddr, false>);
+        const auto f3 = libargs(libargs_kernel<kAllAddr, true>);
+        const size_t d2 = differ_after(f1) + differ_after(fh) + differ_after(fp) +
+                          differ_after(fc) + differ_after(f2) + differ_after(f3);
         std::printf(
-            "qk libargs   T=%5lld %s: fixed, library args %8.2f | + library addressing %8.2f | "
-            "+ run-time g, w dtype, D, rstd %8.2f us | %zu elements differ (3 runs)\n",
-            static_cast<long long>(t), t <= 256 ? "graph" : "cold ", time_at(t, f1), time_at(t, f2),
-            time_at(t, f3), d2);
+            "qk libargs   T=%5lld %s: fixed, library args %8.2f | + head pointers %8.2f | + "
+            "position %8.2f | + cos/sin rows %8.2f | + all three %8.2f | + run-time g, w "
+            "dtype, D, rstd %8.2f us | %zu elements differ (6 runs)\n",
+            static_cast<long long>(t), t <= 256 ? "graph" : "cold ", time_at(t, f1), time_at(t, fh),
+            time_at(t, fp), time_at(t, fc), time_at(t, f2), time_at(t, f3), d2);
       }
     }
   }
