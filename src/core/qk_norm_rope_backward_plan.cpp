@@ -55,7 +55,7 @@ bool qk_norm_rope_backward_lean(const QkNormRopeBackwardLeanFacts& f, int sm_cou
     return false;
   }
   const int64_t g = f.half / kQkBwdLeanVec;
-  if (g > 32 || (g & (g - 1)) != 0 || f.tokens < 1 || f.heads < 1) return false;
+  if (g < 1 || g > 32 || (g & (g - 1)) != 0 || f.tokens < 1 || f.heads < 1) return false;
   return lean_head_groups(f) <= qk_norm_rope_backward_grid(f.tokens, sm_count, 1);
 }
 

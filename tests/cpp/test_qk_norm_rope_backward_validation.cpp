@@ -388,6 +388,7 @@ TEST(CpuQkNormRopeBackwardPlan, LeanRule) {
   EXPECT_FALSE(qk_norm_rope_backward_lean(bwd_lean_facts(7, 40, 512, 1024), 132));
   EXPECT_FALSE(qk_norm_rope_backward_lean(bwd_lean_facts(0, 40, 64, 128), 132));
   EXPECT_FALSE(qk_norm_rope_backward_lean(bwd_lean_facts(7, 0, 64, 128), 132));
+  EXPECT_FALSE(qk_norm_rope_backward_lean(bwd_lean_facts(7, 40, 0, 0), 132));  // no lanes
   // 32-bit q/k, a narrower vector, computed cos/sin, a weight not 16-byte aligned.
   core::QkNormRopeBackwardLeanFacts f = bwd_lean_facts(7, 40, 64, 128);
   f.elem_size = 4;

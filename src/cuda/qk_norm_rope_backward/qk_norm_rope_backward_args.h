@@ -21,7 +21,7 @@ struct QkNormRopeBackwardArgs {
   float weight_offset;
   const float* q_rstd;       // [T * Hq] (token-major), or nullptr: recomputed from x
   const float* k_rstd;       // [T * Hk], or nullptr
-  float* partials;           // [2, gridDim.x, D] fp32 (q rows, then k rows), or nullptr: no dw
+  float* partials;           // [2, gridDim.x * gridDim.y, D] fp32 (q rows, then k), or nullptr
   int64_t tokens_per_block;  // C: block b owns tokens [b C, min(T, (b + 1) C))
   int group;                 // lanes per head vector: a power of two in [1, 32]
   int slots;                 // slots per head vector (see core/qk_norm_rope_backward_plan.h)

@@ -163,8 +163,10 @@ __global__ void __launch_bounds__(core::kQkBwdThreads)
       }
     }
 
-    // r: the saved value, or recomputed exactly as the forward defines it (the butterfly runs
-    // on every lane of the warp whenever either saved rstd is absent).
+    // r: the saved value, or recomputed from the forward's formula (rms_rstd of the sum of
+    // squares; a lane adds its squares interleaved, a then b, where the forward's kernels add all
+    // of run a first, so r can differ from the forward's saved value in its last bit). The
+    // butterfly runs on every lane of the warp whenever either saved rstd is absent.
     float r = r_saved;
     if (args.q_rstd == nullptr || args.k_rstd == nullptr) {
       float ss = 0.0f;
