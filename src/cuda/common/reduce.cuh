@@ -1,12 +1,21 @@
 // Fixed-order fp32 sums across a warp and across a block.
 //
-// Ownership: every lane contributes one partial (warp_sum, block_sum) or one partial per chunk
-// it owns (chunk_sum); the result is returned to every lane (warp) or every thread (block). The
-// order of additions depends only on the thread layout (warp_sum, block_sum) or only on the
-// chunks (chunk_sum), never on data or timing, so results are bitwise reproducible.
+// Ownership: every lane contributes one partial (warp_sum, block_sum, lane_group_sum: over its
+// aligned lane group) or one partial per chunk it owns (chunk_sum); the result is returned to
+// every lane (warp, lane group) or every thread (block). The order of additions depends only on
+// the thread layout (warp_sum, block_sum, lane_group_sum) or only on the chunks (chunk_sum),
+// never on data or timing, so results are bitwise reproducible.
 #pragma once
 
 namespace ropenorm::cuda {
+
+/// Butterfly sum of v over an aligned group of g lanes (a power of two <= 32; xor offsets g / 2
+/// down to 1) among the lanes named by mask (the group's or more): every lane of the group
+/// obtains the same bits.
+__device__ __forceinline__ float lane_group_sum(float v, unsigned mask, int g) {
+  for (int off = g >> 1; off > 0; off >>= 1) v += __shfl_xor_sync(mask, v, off);
+  return v;
+}
 
 /// Butterfly sum over the 32 lanes of a warp; every lane receives the total.
 __device__ __forceinline__ float warp_sum(float v) {

@@ -63,6 +63,7 @@
 #include "core/rope_plan.h"
 #include "cuda/common/dtype.cuh"
 #include "cuda/common/pdl.cuh"
+#include "cuda/common/reduce.cuh"
 #include "cuda/qk_norm_rope/qk_norm_rope_args.h"
 #include "cuda/rms_norm/rms_norm_math.cuh"
 #include "cuda/rope/rope_kernels.cuh"
@@ -79,13 +80,6 @@ using core::kQkVecThreads;
 constexpr int kQkVecMinBlocks = 4;
 /// Blocks per multiprocessor the pair kernel's register budget is set for.
 constexpr int kQkPairMinBlocks = 3;
-
-/// Butterfly sum of v over the g lanes (a power of two <= 32, aligned in the warp) named by
-/// mask: every lane of the group obtains the same bits.
-__device__ __forceinline__ float qk_group_sum(float v, unsigned mask, int g) {
-  for (int off = g >> 1; off > 0; off >>= 1) v += __shfl_xor_sync(mask, v, off);
-  return v;
-}
 
 /// Stores r as the rstd of head hh (q heads first, then k) of token t in q_rstd / k_rstd
 /// (token-major), when that output is saved.
@@ -171,7 +165,7 @@ __global__ void __launch_bounds__(kQkScalarMaxThreads)
         ss = __fmaf_rn(xa[k], xa[k], ss);
         ss = __fmaf_rn(xb[k], xb[k], ss);
       }
-      ss = qk_group_sum(ss, 0xffffffffu, g);
+      ss = lane_group_sum(ss, 0xffffffffu, g);
       const float r = rms_rstd(ss, a.head_dim, args.eps);
 
       if (active) {
@@ -216,7 +210,7 @@ __device__ __forceinline__ float qk_vec_head(const QkNormRopeArgs& args, const R
   float ss = 0.0f;
 #pragma unroll
   for (int i = 0; i < E; ++i) ss = __fmaf_rn(x[i], x[i], ss);
-  ss = qk_group_sum(ss, mask, g);
+  ss = lane_group_sum(ss, mask, g);
   const float r = rms_rstd(ss, a.head_dim, args.eps);
   float n[E], y[E];
 #pragma unroll
@@ -375,7 +369,7 @@ __device__ __forceinline__ void qk_pair_head(const QkNormRopeArgs& args, OutFn&&
   for (int i = 0; i < V; ++i) ss = __fmaf_rn(x0[i], x0[i], ss);
 #pragma unroll
   for (int i = 0; i < V; ++i) ss = __fmaf_rn(x1[i], x1[i], ss);
-  ss = qk_group_sum(ss, mask, g);
+  ss = lane_group_sum(ss, mask, g);
   const float r = rms_rstd(ss, a.head_dim, args.eps);
   float w0[V], w1[V];
   weights(w0, w1);

@@ -28,6 +28,7 @@
 #include "core/qk_norm_rope_backward_plan.h"
 #include "cuda/common/dtype.cuh"
 #include "cuda/common/pdl.cuh"
+#include "cuda/common/reduce.cuh"
 #include "cuda/qk_norm_rope_backward/qk_norm_rope_backward_args.h"
 #include "cuda/qk_norm_rope_backward/qk_norm_rope_backward_math.cuh"
 #include "cuda/rms_norm/rms_norm_math.cuh"
@@ -76,10 +77,16 @@ __device__ __forceinline__ void smem_store_run(float* p, const float (&v)[V]) {
   }
 }
 
-/// Sum over the G lanes of a group (butterfly; every lane of the warp takes part).
-__device__ __forceinline__ float qk_bwd_group_sum(float v, int g) {
-  for (int off = g >> 1; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
-  return v;
+/// Stages (w + o) of q (wf[0 .. D)) and of k (wf[D .. 2D)) in shared memory as fp32: thread tid
+/// of nthreads stores elements tid, tid + nthreads, ... (the caller synchronises).
+__device__ __forceinline__ void qk_bwd_stage_weights(const QkNormRopeBackwardArgs& args, float* wf,
+                                                     int tid, int nthreads) {
+  const int d_head = args.rope.head_dim;
+  for (int i = tid; i < 2 * d_head; i += nthreads) {
+    wf[i] = (i < d_head ? load_dyn(args.wq, args.wq_dtype, i)
+                        : load_dyn(args.wk, args.wk_dtype, i - d_head)) +
+            args.weight_offset;
+  }
 }
 
 template <typename T, int V, int KS>
@@ -99,11 +106,7 @@ __global__ void __launch_bounds__(core::kQkBwdThreads)
   for (int i = threadIdx.x; i < ngroups * 2 * d_head; i += blockDim.x) acc[i] = 0.0f;
 
   griddep_wait();
-  for (int i = threadIdx.x; i < 2 * d_head; i += blockDim.x) {
-    wf[i] = (i < d_head ? load_dyn(args.wq, args.wq_dtype, i)
-                        : load_dyn(args.wk, args.wk_dtype, i - d_head)) +
-            args.weight_offset;
-  }
+  qk_bwd_stage_weights(args, wf, threadIdx.x, blockDim.x);
   __syncthreads();
 
   const int heads = a.hq + a.hk;
@@ -178,7 +181,7 @@ __global__ void __launch_bounds__(core::kQkBwdThreads)
           ss = __fmaf_rn(xb[k][j], xb[k][j], ss);
         }
       }
-      ss = qk_bwd_group_sum(ss, g);
+      ss = lane_group_sum(ss, 0xffffffffu, g);
       if (rs == nullptr) r = rms_rstd(ss, d_head, args.eps);
     }
 
@@ -233,7 +236,7 @@ __global__ void __launch_bounds__(core::kQkBwdThreads)
         if (has_b) dot = __fmaf_rn(gb[k][j] * wb[j], xb[k][j], dot);
       }
     }
-    dot = qk_bwd_group_sum(dot, g);
+    dot = lane_group_sum(dot, 0xffffffffu, g);
     const float mean = qk_bwd_mean(dot, d_head);
 
     if (active) {

@@ -30,19 +30,15 @@
 #include "core/qk_norm_rope_backward_plan.h"
 #include "cuda/common/dtype.cuh"
 #include "cuda/common/pdl.cuh"
+#include "cuda/common/reduce.cuh"
 #include "cuda/qk_norm_rope_backward/qk_norm_rope_backward_args.h"
+#include "cuda/qk_norm_rope_backward/qk_norm_rope_backward_kernels.cuh"
 #include "cuda/qk_norm_rope_backward/qk_norm_rope_backward_math.cuh"
 #include "cuda/rms_norm/rms_norm_math.cuh"
 #include "cuda/rope/rope_kernels.cuh"
 #include "cuda/rope/rope_math.cuh"
 
 namespace ropenorm::cuda {
-
-/// Sum over a thread row's g lanes (mask: the row's lanes in its warp).
-__device__ __forceinline__ float qk_bwd_row_sum(float v, int g, unsigned mask) {
-  for (int off = g >> 1; off > 0; off >>= 1) v += __shfl_xor_sync(mask, v, off);
-  return v;
-}
 
 /// Lean QK-norm + RoPE backward of style kGptj with cos/sin tables of dtype C.
 template <typename T, typename C, bool kGptj>
@@ -71,11 +67,7 @@ __global__ void __launch_bounds__(core::kQkBwdLeanThreads, core::kQkBwdLeanMinBl
   griddep_wait();
   const int tid = static_cast<int>(threadIdx.y * blockDim.x + threadIdx.x);
   const int nthreads = static_cast<int>(blockDim.x * blockDim.y);
-  for (int i = tid; i < 2 * d_head; i += nthreads) {
-    wf[i] = (i < d_head ? load_dyn(args.wq, args.wq_dtype, i)
-                        : load_dyn(args.wk, args.wk_dtype, i - d_head)) +
-            args.weight_offset;
-  }
+  qk_bwd_stage_weights(args, wf, tid, nthreads);
   __syncthreads();
   if (hh < heads) {
     const float* w = wf + (is_q ? 0 : d_head);
@@ -113,7 +105,7 @@ __global__ void __launch_bounds__(core::kQkBwdLeanThreads, core::kQkBwdLeanMinBl
           ss = __fmaf_rn(xa[j], xa[j], ss);
           ss = __fmaf_rn(xb[j], xb[j], ss);
         }
-        r = rms_rstd(qk_bwd_row_sum(ss, g, mask), d_head, args.eps);
+        r = rms_rstd(lane_group_sum(ss, mask, g), d_head, args.eps);
       }
       rope_rotate_regs<V, kGptj>(ga, gb, c, sn);  // g_n = rope_inverse(dout)
 
@@ -128,7 +120,7 @@ __global__ void __launch_bounds__(core::kQkBwdLeanThreads, core::kQkBwdLeanMinBl
         dot = __fmaf_rn(ga[j] * wa[j], xa[j], dot);
         dot = __fmaf_rn(gb[j] * wb[j], xb[j], dot);
       }
-      const float mean = qk_bwd_mean(qk_bwd_row_sum(dot, g, mask), d_head);
+      const float mean = qk_bwd_mean(lane_group_sum(dot, mask, g), d_head);
       float da[V], db[V];
 #pragma unroll
       for (int j = 0; j < V; ++j) {
