@@ -42,29 +42,25 @@ QkNormRopeBackwardPlan plan_qk_norm_rope_backward(int64_t tokens, int64_t half, 
 
 namespace {
 
-int64_t lean_head_groups(const QkNormRopeBackwardLeanFacts& f) {
-  const int64_t rows_max = kQkBwdLeanThreads / (f.half / kQkBwdLeanVec);
+int64_t lean_head_groups(const RopeLeanFacts& f) {
+  const int64_t rows_max = kQkBwdLeanThreads / (f.half / kRopeLeanVec);
   return (f.heads + rows_max - 1) / rows_max;
 }
 
 }  // namespace
 
-bool qk_norm_rope_backward_lean(const QkNormRopeBackwardLeanFacts& f, int sm_count) {
-  if (f.elem_size != 2 || f.vec != kQkBwdLeanVec || !f.cos_sin_loaded) return false;
-  if (!f.weights_aligned16 || 2 * f.half != f.head_dim || f.half % kQkBwdLeanVec != 0) {
-    return false;
-  }
-  const int64_t g = f.half / kQkBwdLeanVec;
-  if (g < 1 || g > 32 || (g & (g - 1)) != 0 || f.tokens < 1 || f.heads < 1) return false;
+bool qk_norm_rope_backward_lean(const RopeLeanFacts& f, bool weights_aligned16, int sm_count) {
+  if (!rope_lean_shape(f) || !weights_aligned16) return false;
+  if (!power_of_two_upto_32(f.half / kRopeLeanVec)) return false;
   return lean_head_groups(f) <= qk_norm_rope_backward_grid(f.tokens, sm_count, 1);
 }
 
-QkNormRopeBackwardPlan plan_qk_norm_rope_backward_lean(const QkNormRopeBackwardLeanFacts& f,
-                                                       int sm_count, int blocks_per_sm) {
+QkNormRopeBackwardPlan plan_qk_norm_rope_backward_lean(const RopeLeanFacts& f, int sm_count,
+                                                       int blocks_per_sm) {
   QkNormRopeBackwardPlan p;
   p.lean = true;
-  p.vec = kQkBwdLeanVec;
-  p.group = static_cast<int>(f.half / kQkBwdLeanVec);
+  p.vec = kRopeLeanVec;
+  p.group = static_cast<int>(f.half / kRopeLeanVec);
   p.slots = p.group;
   p.slots_per_lane = 1;
   p.head_groups = lean_head_groups(f);

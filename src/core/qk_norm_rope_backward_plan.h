@@ -19,6 +19,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/rope_plan.h"
+
 namespace ropenorm::core {
 
 /// Threads per block of the backward kernel.
@@ -58,8 +60,6 @@ QkNormRopeBackwardPlan plan_qk_norm_rope_backward(int64_t tokens, int64_t half, 
                                                   int vec, int sm_count,
                                                   int blocks_per_sm = kQkBwdBlocksPerSm);
 
-/// Channels per lane run of the lean backward kernel (one 16-byte access of a 16-bit type).
-constexpr int kQkBwdLeanVec = 8;
 /// Threads per block of the lean backward kernel at most (H200, bf16, D 128, 32 + 8 heads, T =
 /// 32768, bench/experiments/qk_backward_lean.cu at 74a932b: 287.9 us at two resident blocks of
 /// 320 threads and 96 registers, 523.4 at three blocks and 64 registers, 382.7 for the general
@@ -68,31 +68,19 @@ constexpr int kQkBwdLeanThreads = 320;
 /// Resident blocks per multiprocessor the lean kernel's register budget is set for.
 constexpr int kQkBwdLeanMinBlocks = 2;
 
-/// What the lean rule needs to know about a validated call.
-struct QkNormRopeBackwardLeanFacts {
-  int elem_size = 2;               ///< bytes per q/k element
-  int vec = 1;                     ///< widest vector every x, dout, dx and cos/sin operand allows
-  bool cos_sin_loaded = false;     ///< cos/sin read from a table (not computed from inv_freq)
-  bool weights_aligned16 = false;  ///< wq and wk both 16-byte aligned
-  int64_t tokens = 0;
-  int64_t heads = 0;  ///< Hq + Hk
-  int64_t half = 0;   ///< h = R / 2
-  int64_t head_dim = 0;
-};
-
 /// The lean backward kernel (the forward's lean layout over a persistent grid: a head per thread
-/// row, 8 pairs per lane, the weights and dw partials in registers) serves the call: 16-bit q/k
-/// at vector width 8, R = D, h / 8 a power of two <= 32, cos/sin loaded, both weights 16-byte
-/// aligned, and at least as many tokens as head groups (each block holds one head group).
-bool qk_norm_rope_backward_lean(const QkNormRopeBackwardLeanFacts& f, int sm_count);
+/// row, kRopeLeanVec pairs per lane, the dw partials in registers) serves the call described by
+/// f (vec: the widest vector every x, dout, dx and cos/sin operand allows; seq unused):
+/// rope_lean_shape, h / kRopeLeanVec a power of two <= 32, both weights 16-byte aligned
+/// (weights_aligned16), and at least as many tokens as head groups (a block holds one).
+bool qk_norm_rope_backward_lean(const RopeLeanFacts& f, bool weights_aligned16, int sm_count);
 
 /// The lean plan of a call qk_norm_rope_backward_lean accepts: block (g, rows) with g = h / 8 and
 /// rows = ceil(heads / head_groups), head_groups = ceil(heads / (kQkBwdLeanThreads / g)); grid
 /// (gx, head_groups) with gx = max(1, qk_norm_rope_backward_grid(T, sm_count, blocks_per_sm) /
 /// head_groups), so the gx * head_groups partial rows fit the workspace the query reports; C =
 /// ceil(T / gx) tokens per block.
-QkNormRopeBackwardPlan plan_qk_norm_rope_backward_lean(const QkNormRopeBackwardLeanFacts& f,
-                                                       int sm_count,
+QkNormRopeBackwardPlan plan_qk_norm_rope_backward_lean(const RopeLeanFacts& f, int sm_count,
                                                        int blocks_per_sm = kQkBwdLeanMinBlocks);
 
 }  // namespace ropenorm::core

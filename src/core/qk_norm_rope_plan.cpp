@@ -7,12 +7,6 @@ namespace ropenorm::core {
 
 static_assert(kQkVecChannels == kRopeLeanVec, "the lean launch moves the pair kernel's vectors");
 
-namespace {
-
-bool power_of_two_upto_32(int64_t v) { return v >= 1 && v <= 32 && (v & (v - 1)) == 0; }
-
-}  // namespace
-
 QkNormRopePlan plan_qk_norm_rope(const QkNormRopeFacts& f) {
   QkNormRopePlan p;
   const bool vec16 = f.elem_size == 2 && f.access_width == kQkVecChannels;

@@ -61,11 +61,14 @@ RopePlan plan_rope(int64_t tokens, int64_t heads, int64_t half, int vec) {
   return p;
 }
 
-bool rope_lean(const RopeLeanFacts& f, int64_t max_tokens) {
+bool rope_lean_shape(const RopeLeanFacts& f) {
   if (f.elem_size != 2 || f.vec != kRopeLeanVec || !f.cos_sin_loaded) return false;
   if (2 * f.half != f.head_dim || f.half % kRopeLeanVec != 0) return false;
-  if (f.tokens < 1 || f.tokens > max_tokens || f.heads < 1) return false;
-  if (f.seq < 0) return false;
+  return f.tokens >= 1 && f.heads >= 1;
+}
+
+bool rope_lean(const RopeLeanFacts& f, int64_t max_tokens) {
+  if (!rope_lean_shape(f) || f.tokens > max_tokens || f.seq < 0) return false;
   const int64_t seq = f.seq > 0 ? f.seq : f.tokens;
   if (seq > kRopeLeanMaxSeq || f.tokens / seq > kRopeMaxHeadGroups) return false;
   return (f.half / kRopeLeanVec) * f.heads <= kRopeLeanMaxThreads;

@@ -91,13 +91,20 @@ struct RopeLeanFacts {
   int64_t head_dim = 0;
 };
 
+/// v is a power of two in [1, 32] (a lane group's width).
+inline bool power_of_two_upto_32(int64_t v) { return v >= 1 && v <= 32 && (v & (v - 1)) == 0; }
+
+/// The call has the lean layout's shape: 16-bit q/k at vector width kRopeLeanVec, R = D (no
+/// pass-through channels), h a multiple of kRopeLeanVec, cos/sin loaded (not computed from
+/// inv_freq), T >= 1 and Hq + Hk >= 1. (No token, grid or thread bound: rope_lean's.)
+bool rope_lean_shape(const RopeLeanFacts& f);
+
 /// Most sequences S of a lean launch (its grid x): CUDA's limit on gridDim.x.
 constexpr int64_t kRopeLeanMaxSeq = 2147483647;
 
-/// The lean kernel serves the call: 16-bit q/k at vector width kRopeLeanVec, R = D (no
-/// pass-through channels), cos/sin loaded (not computed from inv_freq), 1 <= T <= max_tokens,
-/// (h / kRopeLeanVec) * (Hq + Hk) <= kRopeLeanMaxThreads, S <= kRopeLeanMaxSeq and B = T / S
-/// <= kRopeMaxHeadGroups (the grid (S, B)).
+/// The lean kernel serves the call: rope_lean_shape, T <= max_tokens, (h / kRopeLeanVec) *
+/// (Hq + Hk) <= kRopeLeanMaxThreads, S <= kRopeLeanMaxSeq and B = T / S <= kRopeMaxHeadGroups
+/// (the grid (S, B)).
 bool rope_lean(const RopeLeanFacts& f, int64_t max_tokens = kRopeLeanMaxTokens);
 
 /// The lean launch of a call rope_lean accepts, B = T / S sequences of S tokens: grid (S, B),

@@ -362,13 +362,11 @@ TEST(CpuQkNormRopeBackwardPlan, SlotsGroupsAndSharedMemory) {
   }
 }
 
-core::QkNormRopeBackwardLeanFacts bwd_lean_facts(int64_t tokens, int64_t heads, int64_t half,
-                                                 int64_t d) {
-  core::QkNormRopeBackwardLeanFacts f;
+core::RopeLeanFacts bwd_lean_facts(int64_t tokens, int64_t heads, int64_t half, int64_t d) {
+  core::RopeLeanFacts f;
   f.elem_size = 2;
   f.vec = 8;
   f.cos_sin_loaded = true;
-  f.weights_aligned16 = true;
   f.tokens = tokens;
   f.heads = heads;
   f.half = half;
@@ -378,33 +376,31 @@ core::QkNormRopeBackwardLeanFacts bwd_lean_facts(int64_t tokens, int64_t heads, 
 
 TEST(CpuQkNormRopeBackwardPlan, LeanRule) {
   using core::qk_norm_rope_backward_lean;
-  EXPECT_TRUE(qk_norm_rope_backward_lean(bwd_lean_facts(1, 40, 64, 128), 132));
-  EXPECT_TRUE(qk_norm_rope_backward_lean(bwd_lean_facts(32768, 40, 64, 128), 132));
-  EXPECT_TRUE(qk_norm_rope_backward_lean(bwd_lean_facts(7, 1, 8, 16), 132));   // one lane
-  EXPECT_TRUE(qk_norm_rope_backward_lean(bwd_lean_facts(7, 9, 256, 512), 0));  // 32 lanes
+  EXPECT_TRUE(qk_norm_rope_backward_lean(bwd_lean_facts(1, 40, 64, 128), true, 132));
+  EXPECT_TRUE(qk_norm_rope_backward_lean(bwd_lean_facts(32768, 40, 64, 128), true, 132));
+  EXPECT_TRUE(qk_norm_rope_backward_lean(bwd_lean_facts(7, 1, 8, 16), true, 132));   // one lane
+  EXPECT_TRUE(qk_norm_rope_backward_lean(bwd_lean_facts(7, 9, 256, 512), true, 0));  // 32 lanes
   // Partial rotary, h / 8 not a power of two or past 32 lanes, no tokens or heads.
-  EXPECT_FALSE(qk_norm_rope_backward_lean(bwd_lean_facts(7, 40, 32, 128), 132));
-  EXPECT_FALSE(qk_norm_rope_backward_lean(bwd_lean_facts(7, 40, 48, 96), 132));
-  EXPECT_FALSE(qk_norm_rope_backward_lean(bwd_lean_facts(7, 40, 512, 1024), 132));
-  EXPECT_FALSE(qk_norm_rope_backward_lean(bwd_lean_facts(0, 40, 64, 128), 132));
-  EXPECT_FALSE(qk_norm_rope_backward_lean(bwd_lean_facts(7, 0, 64, 128), 132));
-  EXPECT_FALSE(qk_norm_rope_backward_lean(bwd_lean_facts(7, 40, 0, 0), 132));  // no lanes
+  EXPECT_FALSE(qk_norm_rope_backward_lean(bwd_lean_facts(7, 40, 32, 128), true, 132));
+  EXPECT_FALSE(qk_norm_rope_backward_lean(bwd_lean_facts(7, 40, 48, 96), true, 132));
+  EXPECT_FALSE(qk_norm_rope_backward_lean(bwd_lean_facts(7, 40, 512, 1024), true, 132));
+  EXPECT_FALSE(qk_norm_rope_backward_lean(bwd_lean_facts(0, 40, 64, 128), true, 132));
+  EXPECT_FALSE(qk_norm_rope_backward_lean(bwd_lean_facts(7, 0, 64, 128), true, 132));
+  EXPECT_FALSE(qk_norm_rope_backward_lean(bwd_lean_facts(7, 40, 0, 0), true, 132));  // no lanes
   // 32-bit q/k, a narrower vector, computed cos/sin, a weight not 16-byte aligned.
-  core::QkNormRopeBackwardLeanFacts f = bwd_lean_facts(7, 40, 64, 128);
+  core::RopeLeanFacts f = bwd_lean_facts(7, 40, 64, 128);
   f.elem_size = 4;
-  EXPECT_FALSE(qk_norm_rope_backward_lean(f, 132));
+  EXPECT_FALSE(qk_norm_rope_backward_lean(f, true, 132));
   f = bwd_lean_facts(7, 40, 64, 128);
   f.vec = 4;
-  EXPECT_FALSE(qk_norm_rope_backward_lean(f, 132));
+  EXPECT_FALSE(qk_norm_rope_backward_lean(f, true, 132));
   f = bwd_lean_facts(7, 40, 64, 128);
   f.cos_sin_loaded = false;
-  EXPECT_FALSE(qk_norm_rope_backward_lean(f, 132));
-  f = bwd_lean_facts(7, 40, 64, 128);
-  f.weights_aligned16 = false;
-  EXPECT_FALSE(qk_norm_rope_backward_lean(f, 132));
+  EXPECT_FALSE(qk_norm_rope_backward_lean(f, true, 132));
+  EXPECT_FALSE(qk_norm_rope_backward_lean(bwd_lean_facts(7, 40, 64, 128), false, 132));
   // 80 heads of D 128 need two head groups (40 rows of 8 lanes each): at least two tokens.
-  EXPECT_FALSE(qk_norm_rope_backward_lean(bwd_lean_facts(1, 80, 64, 128), 132));
-  EXPECT_TRUE(qk_norm_rope_backward_lean(bwd_lean_facts(2, 80, 64, 128), 132));
+  EXPECT_FALSE(qk_norm_rope_backward_lean(bwd_lean_facts(1, 80, 64, 128), true, 132));
+  EXPECT_TRUE(qk_norm_rope_backward_lean(bwd_lean_facts(2, 80, 64, 128), true, 132));
 }
 
 TEST(CpuQkNormRopeBackwardPlan, LeanShapeAndWorkspace) {
@@ -438,7 +434,7 @@ TEST(CpuQkNormRopeBackwardPlan, LeanShapeAndWorkspace) {
       for (int64_t half : {4 * 8, 8 * 8, 16 * 8, 32 * 8}) {
         for (int sms : {0, 1, 132}) {
           const auto f = bwd_lean_facts(t, heads, half, 2 * half);
-          if (!core::qk_norm_rope_backward_lean(f, sms)) continue;
+          if (!core::qk_norm_rope_backward_lean(f, true, sms)) continue;
           for (int bps : {1, 2, 3, 4, 9}) {
             p = core::plan_qk_norm_rope_backward_lean(f, sms, bps);
             EXPECT_LE(p.threads, core::kQkBwdLeanThreads);

@@ -6,6 +6,11 @@
 
 namespace ropenorm::cuda {
 
+bool qk_weights_aligned16(const core::QkNormRopeCall& c) {
+  return reinterpret_cast<uintptr_t>(c.wq.data) % 16 == 0 &&
+         reinterpret_cast<uintptr_t>(c.wk.data) % 16 == 0;
+}
+
 void fill_qk_norm_rope_args(const core::QkNormRopeCall& c, const core::RopeGeometry& g,
                             QkNormRopeArgs* qa, core::QkNormRopeFacts* facts) {
   RopeKernelArgs& a = qa->rope;
@@ -22,8 +27,7 @@ void fill_qk_norm_rope_args(const core::QkNormRopeCall& c, const core::RopeGeome
 
   facts->elem_size = static_cast<int>(dtype_size(c.rope.q.dtype));
   facts->access_width = rope_access_width(c.rope, g, a);
-  facts->weights_aligned16 = reinterpret_cast<uintptr_t>(c.wq.data) % 16 == 0 &&
-                             reinterpret_cast<uintptr_t>(c.wk.data) % 16 == 0;
+  facts->weights_aligned16 = qk_weights_aligned16(c);
   facts->tokens = g.tokens;
   facts->seq = g.seq;
   facts->heads = g.hq + g.hk;

@@ -18,6 +18,7 @@
 #include "cuda/common/column_sum.h"
 #include "cuda/common/dtype.cuh"
 #include "cuda/common/launch.h"
+#include "cuda/qk_norm_rope/qk_norm_rope_host.h"
 #include "cuda/qk_norm_rope_backward/qk_norm_rope_backward_run.h"
 #include "cuda/qk_norm_rope_backward/qk_norm_rope_backward_typed.h"
 #include "cuda/rope/rope_host.h"
@@ -138,17 +139,9 @@ Status run_qk_norm_rope_backward(const core::QkNormRopeBackwardCall& c, bool all
   // The lean kernel where it applies, else the general one; planned for the largest grid, then
   // for the chosen instance's occupancy (never above it).
   const int vec = access_width(c, g, qa);
-  core::QkNormRopeBackwardLeanFacts lf;
-  lf.elem_size = static_cast<int>(dtype_size(q.dtype));
-  lf.vec = vec;
-  lf.cos_sin_loaded = rc.cos_sin.kind != CosSinKind::kInvFreq;
-  lf.weights_aligned16 = reinterpret_cast<uintptr_t>(wq.data) % 16 == 0 &&
-                         reinterpret_cast<uintptr_t>(wk.data) % 16 == 0;
-  lf.tokens = g.tokens;
-  lf.heads = g.hq + g.hk;
-  lf.half = g.rotary_dim / 2;
-  lf.head_dim = g.head_dim;
-  const bool lean = allow_lean && core::qk_norm_rope_backward_lean(lf, sms);
+  const core::RopeLeanFacts lf = rope_lean_facts(rc, g, vec);
+  const bool lean =
+      allow_lean && core::qk_norm_rope_backward_lean(lf, qk_weights_aligned16(c.fwd), sms);
   auto plan_for = [&](int blocks_per_sm) {
     return lean ? core::plan_qk_norm_rope_backward_lean(lf, sms, blocks_per_sm)
                 : core::plan_qk_norm_rope_backward(g.tokens, lf.half, g.head_dim, vec, sms,

@@ -44,7 +44,7 @@ namespace ropenorm::cuda {
 template <typename T, typename C, bool kGptj>
 __global__ void __launch_bounds__(core::kQkBwdLeanThreads, core::kQkBwdLeanMinBlocks)
     qk_norm_rope_backward_lean_kernel(const QkNormRopeBackwardArgs args) {
-  constexpr int V = core::kQkBwdLeanVec;
+  constexpr int V = core::kRopeLeanVec;
   __shared__ __align__(16) float part[core::kQkBwdLeanThreads * 2 * V];  // [rows, D] dw
   constexpr int kMaxHeadDim = 2 * 32 * V;                                // 32 lanes of 8 pairs
   __shared__ __align__(16) float wf[2 * kMaxHeadDim];                    // (w + o) of q, of k

@@ -11,6 +11,7 @@
 
 #include <string>
 
+#include "core/dispatch.h"
 #include "cuda/common/launch.h"
 #include "cuda/common/pdl.cuh"
 #include "cuda/qk_norm_rope_backward/qk_norm_rope_backward_kernels.cuh"
@@ -58,22 +59,17 @@ QkBwdKernel qk_bwd_kernel_for(int vec, int ks) {
 // The lean instance for the call's cos/sin table dtype and style (16-bit T), or nullptr.
 template <typename T>
 QkBwdKernel qk_bwd_lean_kernel_for(const QkNormRopeBackwardArgs& a) {
+  QkBwdKernel k = nullptr;
   if constexpr (sizeof(T) == 2) {
-    switch (a.rope.cs_dtype) {
-      case DType::kFloat32:
-        return a.rope.gptj ? qk_norm_rope_backward_lean_kernel<T, float, true>
-                           : qk_norm_rope_backward_lean_kernel<T, float, false>;
-      case DType::kBFloat16:
-        return a.rope.gptj ? qk_norm_rope_backward_lean_kernel<T, bf16, true>
-                           : qk_norm_rope_backward_lean_kernel<T, bf16, false>;
-      case DType::kFloat16:
-        return a.rope.gptj ? qk_norm_rope_backward_lean_kernel<T, f16, true>
-                           : qk_norm_rope_backward_lean_kernel<T, f16, false>;
-      default:
-        return nullptr;
-    }
+    core::dispatch_float_dtype<f16, bf16>(
+        a.rope.cs_dtype, "qk_norm_rope_backward", "cos/sin", [&](auto tag) -> Status {
+          using C = typename decltype(tag)::type;
+          k = a.rope.gptj ? qk_norm_rope_backward_lean_kernel<T, C, true>
+                          : qk_norm_rope_backward_lean_kernel<T, C, false>;
+          return Status::Ok();
+        });
   }
-  return nullptr;
+  return k;
 }
 
 // The instance the plan selects for the call, or nullptr.

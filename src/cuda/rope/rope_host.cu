@@ -210,4 +210,17 @@ int rope_access_width(const core::RopeCall& c, const core::RopeGeometry& g,
                                   {sin_data, cs, {a.sin_row, a.sin_sb, a.sin_ss}}});
 }
 
+core::RopeLeanFacts rope_lean_facts(const core::RopeCall& c, const core::RopeGeometry& g, int vec) {
+  core::RopeLeanFacts f;
+  f.elem_size = static_cast<int>(dtype_size(c.q.dtype));
+  f.vec = vec;
+  f.cos_sin_loaded = c.cos_sin.kind != CosSinKind::kInvFreq;
+  f.tokens = g.tokens;
+  f.seq = g.seq;
+  f.heads = g.hq + g.hk;
+  f.half = g.rotary_dim / 2;
+  f.head_dim = g.head_dim;
+  return f;
+}
+
 }  // namespace ropenorm::cuda

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "core/rope_plan.h"
 #include "core/rope_validate.h"
 #include "cuda/rope/rope_args.h"
 #include "ropenorm/status.h"
@@ -32,5 +33,9 @@ void fill_rope_args(const core::RopeCall& c, const core::RopeGeometry& g, RopeKe
 /// scalar path.
 int rope_access_width(const core::RopeCall& c, const core::RopeGeometry& g,
                       const RopeKernelArgs& a);
+
+/// The facts core::rope_lean (and the lean backward's rule) decide from, for a validated call
+/// whose operands allow vector width vec.
+core::RopeLeanFacts rope_lean_facts(const core::RopeCall& c, const core::RopeGeometry& g, int vec);
 
 }  // namespace ropenorm::cuda

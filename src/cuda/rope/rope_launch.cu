@@ -50,15 +50,7 @@ Status rope(const TensorRef& q, const TensorRef& k, const TensorRef& q_out, cons
 
   const int vec = cuda::rope_access_width(c, g, a);
   const int64_t h = g.rotary_dim / 2;
-  core::RopeLeanFacts lf;
-  lf.elem_size = static_cast<int>(dtype_size(q.dtype));
-  lf.vec = vec;
-  lf.cos_sin_loaded = a.source != cuda::RopeSource::kInvFreq;
-  lf.tokens = g.tokens;
-  lf.seq = g.seq;
-  lf.heads = g.hq + g.hk;
-  lf.half = h;
-  lf.head_dim = g.head_dim;
+  const core::RopeLeanFacts lf = cuda::rope_lean_facts(c, g, vec);
   const core::RopePlan plan =
       core::rope_lean(lf) ? core::plan_rope_lean(lf) : core::plan_rope(g.tokens, lf.heads, h, vec);
 
