@@ -12,6 +12,7 @@
 
 #include "core/qk_norm_rope_backward_plan.h"
 #include "core/qk_norm_rope_validate.h"
+#include "lean_facts.h"
 #include "ropenorm/qk_norm_rope_backward.h"
 
 namespace ropenorm {
@@ -362,51 +363,41 @@ TEST(CpuQkNormRopeBackwardPlan, SlotsGroupsAndSharedMemory) {
   }
 }
 
-core::RopeLeanFacts bwd_lean_facts(int64_t tokens, int64_t heads, int64_t half, int64_t d) {
-  core::RopeLeanFacts f;
-  f.elem_size = 2;
-  f.vec = 8;
-  f.cos_sin_loaded = true;
-  f.tokens = tokens;
-  f.heads = heads;
-  f.half = half;
-  f.head_dim = d;
-  return f;
-}
+using plan_test::lean_facts;
 
 TEST(CpuQkNormRopeBackwardPlan, LeanRule) {
   using core::qk_norm_rope_backward_lean;
-  EXPECT_TRUE(qk_norm_rope_backward_lean(bwd_lean_facts(1, 40, 64, 128), true, 132));
-  EXPECT_TRUE(qk_norm_rope_backward_lean(bwd_lean_facts(32768, 40, 64, 128), true, 132));
-  EXPECT_TRUE(qk_norm_rope_backward_lean(bwd_lean_facts(7, 1, 8, 16), true, 132));   // one lane
-  EXPECT_TRUE(qk_norm_rope_backward_lean(bwd_lean_facts(7, 9, 256, 512), true, 0));  // 32 lanes
+  EXPECT_TRUE(qk_norm_rope_backward_lean(lean_facts(1, 40, 64, 128), true, 132));
+  EXPECT_TRUE(qk_norm_rope_backward_lean(lean_facts(32768, 40, 64, 128), true, 132));
+  EXPECT_TRUE(qk_norm_rope_backward_lean(lean_facts(7, 1, 8, 16), true, 132));   // one lane
+  EXPECT_TRUE(qk_norm_rope_backward_lean(lean_facts(7, 9, 256, 512), true, 0));  // 32 lanes
   // Partial rotary, h / 8 not a power of two or past 32 lanes, no tokens or heads.
-  EXPECT_FALSE(qk_norm_rope_backward_lean(bwd_lean_facts(7, 40, 32, 128), true, 132));
-  EXPECT_FALSE(qk_norm_rope_backward_lean(bwd_lean_facts(7, 40, 48, 96), true, 132));
-  EXPECT_FALSE(qk_norm_rope_backward_lean(bwd_lean_facts(7, 40, 512, 1024), true, 132));
-  EXPECT_FALSE(qk_norm_rope_backward_lean(bwd_lean_facts(0, 40, 64, 128), true, 132));
-  EXPECT_FALSE(qk_norm_rope_backward_lean(bwd_lean_facts(7, 0, 64, 128), true, 132));
-  EXPECT_FALSE(qk_norm_rope_backward_lean(bwd_lean_facts(7, 40, 0, 0), true, 132));  // no lanes
+  EXPECT_FALSE(qk_norm_rope_backward_lean(lean_facts(7, 40, 32, 128), true, 132));
+  EXPECT_FALSE(qk_norm_rope_backward_lean(lean_facts(7, 40, 48, 96), true, 132));
+  EXPECT_FALSE(qk_norm_rope_backward_lean(lean_facts(7, 40, 512, 1024), true, 132));
+  EXPECT_FALSE(qk_norm_rope_backward_lean(lean_facts(0, 40, 64, 128), true, 132));
+  EXPECT_FALSE(qk_norm_rope_backward_lean(lean_facts(7, 0, 64, 128), true, 132));
+  EXPECT_FALSE(qk_norm_rope_backward_lean(lean_facts(7, 40, 0, 0), true, 132));  // no lanes
   // 32-bit q/k, a narrower vector, computed cos/sin, a weight not 16-byte aligned.
-  core::RopeLeanFacts f = bwd_lean_facts(7, 40, 64, 128);
+  core::RopeLeanFacts f = lean_facts(7, 40, 64, 128);
   f.elem_size = 4;
   EXPECT_FALSE(qk_norm_rope_backward_lean(f, true, 132));
-  f = bwd_lean_facts(7, 40, 64, 128);
+  f = lean_facts(7, 40, 64, 128);
   f.vec = 4;
   EXPECT_FALSE(qk_norm_rope_backward_lean(f, true, 132));
-  f = bwd_lean_facts(7, 40, 64, 128);
+  f = lean_facts(7, 40, 64, 128);
   f.cos_sin_loaded = false;
   EXPECT_FALSE(qk_norm_rope_backward_lean(f, true, 132));
-  EXPECT_FALSE(qk_norm_rope_backward_lean(bwd_lean_facts(7, 40, 64, 128), false, 132));
+  EXPECT_FALSE(qk_norm_rope_backward_lean(lean_facts(7, 40, 64, 128), false, 132));
   // 80 heads of D 128 need two head groups (40 rows of 8 lanes each): at least two tokens.
-  EXPECT_FALSE(qk_norm_rope_backward_lean(bwd_lean_facts(1, 80, 64, 128), true, 132));
-  EXPECT_TRUE(qk_norm_rope_backward_lean(bwd_lean_facts(2, 80, 64, 128), true, 132));
+  EXPECT_FALSE(qk_norm_rope_backward_lean(lean_facts(1, 80, 64, 128), true, 132));
+  EXPECT_TRUE(qk_norm_rope_backward_lean(lean_facts(2, 80, 64, 128), true, 132));
 }
 
 TEST(CpuQkNormRopeBackwardPlan, LeanShapeAndWorkspace) {
   // The standard shape: one head group of 40 rows of 8 lanes, two blocks per SM.
   core::QkNormRopeBackwardPlan p =
-      core::plan_qk_norm_rope_backward_lean(bwd_lean_facts(32768, 40, 64, 128), 132);
+      core::plan_qk_norm_rope_backward_lean(lean_facts(32768, 40, 64, 128), 132);
   EXPECT_TRUE(p.lean);
   EXPECT_EQ(p.group, 8);
   EXPECT_EQ(p.rows, 40);
@@ -416,14 +407,14 @@ TEST(CpuQkNormRopeBackwardPlan, LeanShapeAndWorkspace) {
   EXPECT_EQ(p.tokens_per_block, 125);  // ceil(32768 / 264)
   EXPECT_EQ(p.smem_bytes, 0u);
   // 40 heads of D 256: 16 lanes, at most 20 rows: two head groups of 20.
-  p = core::plan_qk_norm_rope_backward_lean(bwd_lean_facts(1000, 40, 128, 256), 132, 3);
+  p = core::plan_qk_norm_rope_backward_lean(lean_facts(1000, 40, 128, 256), 132, 3);
   EXPECT_EQ(p.group, 16);
   EXPECT_EQ(p.rows, 20);
   EXPECT_EQ(p.head_groups, 2);
   EXPECT_EQ(p.grid, 198);  // 3 x 132 blocks over 2 head groups
   EXPECT_EQ(p.tokens_per_block, 6);
   // 43 heads of D 128: two groups of 22 rows (one idle in the second).
-  p = core::plan_qk_norm_rope_backward_lean(bwd_lean_facts(5, 43, 64, 128), 132);
+  p = core::plan_qk_norm_rope_backward_lean(lean_facts(5, 43, 64, 128), 132);
   EXPECT_EQ(p.rows, 22);
   EXPECT_EQ(p.head_groups, 2);
   EXPECT_EQ(p.grid, 2);  // 5 tokens: 5 blocks at most, 2 per head group
@@ -433,7 +424,7 @@ TEST(CpuQkNormRopeBackwardPlan, LeanShapeAndWorkspace) {
     for (int64_t heads : {1, 9, 40, 43, 80, 200}) {
       for (int64_t half : {4 * 8, 8 * 8, 16 * 8, 32 * 8}) {
         for (int sms : {0, 1, 132}) {
-          const auto f = bwd_lean_facts(t, heads, half, 2 * half);
+          const auto f = lean_facts(t, heads, half, 2 * half);
           if (!core::qk_norm_rope_backward_lean(f, true, sms)) continue;
           for (int bps : {1, 2, 3, 4, 9}) {
             p = core::plan_qk_norm_rope_backward_lean(f, sms, bps);

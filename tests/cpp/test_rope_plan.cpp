@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "core/rope_plan.h"
+#include "lean_facts.h"
 
 namespace ropenorm::core {
 namespace {
@@ -156,17 +157,7 @@ TEST(CpuRopePlan, ThreadsWithinLimits) {
   }
 }
 
-RopeLeanFacts lean_facts(int64_t tokens, int64_t heads, int64_t half, int64_t head_dim) {
-  RopeLeanFacts f;
-  f.elem_size = 2;
-  f.vec = 8;
-  f.cos_sin_loaded = true;
-  f.tokens = tokens;
-  f.heads = heads;
-  f.half = half;
-  f.head_dim = head_dim;
-  return f;
-}
+using plan_test::lean_facts;
 
 TEST(CpuRopePlan, LeanRuleForShortRunsOnly) {
   // Decode of 32 + 8 heads of D 64 / 128 / 256, up to the token bound.
