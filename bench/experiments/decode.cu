@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <random>
+#include <type_traits>
 #include <vector>
 
 #include "core/qk_norm_rope_plan.h"
@@ -37,10 +38,13 @@
 #include "cuda/common/pdl.cuh"
 #include "cuda/qk_norm_rope/qk_norm_rope_host.h"
 #include "cuda/qk_norm_rope/qk_norm_rope_kernels.cuh"
+#include "cuda/qk_norm_rope/qk_norm_rope_lean_kernel.cuh"
 #include "cuda/qk_norm_rope/qk_norm_rope_typed.h"
 #include "cuda/rms_norm/rms_norm_math.cuh"
 #include "cuda/rope/rope_host.h"
 #include "cuda/rope/rope_kernels.cuh"
+#include "cuda/rope/rope_lean_kernels.cuh"
+#include "cuda/rope/rope_lean_spec.h"
 #include "cuda/rope/rope_math.cuh"
 #include "cuda/rope/rope_typed.h"
 #include "decode_inputs.cuh"
@@ -122,95 +126,6 @@ __global__ void __launch_bounds__(kLanes*(kHq + kHk)) lean_kernel(const LeanArgs
   for (int i = 0; i < kV; ++i) rope_rotate_pair(x0[i], x1[i], c[i], s[i], &y0[i], &y1[i]);
   store_pack<bf16, kV>(dst + j * kV, y0);
   store_pack<bf16, kV>(dst + kHalf + j * kV, y1);
-}
-
-// The fixed QK kernel's shape and math, but reading everything from the library's own argument
-// block (QkNormRopeArgs, as fill_qk_norm_rope_args builds it for this call). kAddr, a set of
-// bits, takes parts of the addressing from the library's general functions instead of the fixed
-// shape's contiguous offsets: kHeadPtrs the input and output head pointers (rope_head_ptr: b sb +
-// s ss + head sh), kPosition the position (rope_position: explicit or arange, int32 or int64,
-// strided), kCosSinRows the cos/sin rows and direction (rope_cos_sin_rows, separate cos and sin
-// pointers, rope_apply_direction). kDyn: also the lean kernel's run-time butterfly width, weight
-// dtype (with the weight offset), divisor D and the rstd store. With all of them, the kernel does
-// what the library's lean kernel does, in the fixed kernel's code.
-constexpr int kHeadPtrs = 1, kPosition = 2, kCosSinRows = 4, kAllAddr = 7;
-template <int kAddr, bool kDyn>
-__global__ void __launch_bounds__(kLanes*(kHq + kHk)) libargs_kernel(const QkNormRopeArgs args) {
-  const RopeKernelArgs& a = args.rope;
-  const int64_t t = blockIdx.x;
-  const int j = threadIdx.x, h = threadIdx.y;
-  const bool is_q = h < kHq;
-  const int local = is_q ? h : h - kHq;
-  griddep_wait();
-  const bf16* src;
-  bf16* dst;
-  if constexpr ((kAddr & kHeadPtrs) != 0) {
-    src = rope_head_ptr<bf16>(is_q ? a.q : a.k, 0, t, local);
-    dst = const_cast<bf16*>(rope_head_ptr<bf16>(is_q ? a.q_out : a.k_out, 0, t, local));
-  } else {
-    const int64_t head_off = (is_q ? t * kHq + h : t * kHk + (h - kHq)) * kD;
-    src = static_cast<const bf16*>(is_q ? a.q.data : a.k.data) + head_off;
-    dst = static_cast<bf16*>(is_q ? a.q_out.data : a.k_out.data) + head_off;
-  }
-  float x0[kV], x1[kV], c[kV], sn[kV];
-  load_pack<bf16, kV>(src + j * kV, x0);
-  load_pack<bf16, kV>(src + kHalf + j * kV, x1);
-  int64_t p;
-  if constexpr ((kAddr & kPosition) != 0) {
-    p = a.source == RopeSource::kGathered ? 0 : rope_position(a, 0, t);
-  } else {
-    p = static_cast<const int64_t*>(a.pos)[t];
-  }
-  if constexpr ((kAddr & kCosSinRows) != 0) {
-    int64_t co, so;
-    rope_cos_sin_rows(a, p, 0, t, co, so);
-    load_pack<float, kV>(static_cast<const float*>(a.cos) + co + j * kV, c);
-    load_pack<float, kV>(static_cast<const float*>(a.sin) + so + j * kV, sn);
-    rope_apply_direction<kV>(a, sn);
-  } else {
-    const float* cache = static_cast<const float*>(a.cos);
-    load_pack<float, kV>(cache + p * kD + j * kV, c);
-    load_pack<float, kV>(cache + p * kD + kHalf + j * kV, sn);
-  }
-  float ss = 0.0f;
-#pragma unroll
-  for (int i = 0; i < kV; ++i) ss = __fmaf_rn(x0[i], x0[i], ss);
-#pragma unroll
-  for (int i = 0; i < kV; ++i) ss = __fmaf_rn(x1[i], x1[i], ss);
-  const int g = kDyn ? static_cast<int>(blockDim.x) : kLanes;
-  const int lane = (threadIdx.y * g + threadIdx.x) & 31;
-  const unsigned mask = ((1u << g) - 1u) << (lane & ~(g - 1));
-  for (int off = g >> 1; off > 0; off >>= 1) ss += __shfl_xor_sync(mask, ss, off);
-  const float r = rms_rstd(ss, kDyn ? a.head_dim : kD, args.eps);
-  float w0[kV], w1[kV];
-  if constexpr (kDyn) {
-    const void* w = is_q ? args.wq : args.wk;
-    const DType wdt = is_q ? args.wq_dtype : args.wk_dtype;
-    load_pack_dyn<kV>(w, wdt, j * kV, w0);
-    load_pack_dyn<kV>(w, wdt, kHalf + j * kV, w1);
-#pragma unroll
-    for (int i = 0; i < kV; ++i) {
-      w0[i] += args.weight_offset;
-      w1[i] += args.weight_offset;
-    }
-  } else {
-    const bf16* w = static_cast<const bf16*>(is_q ? args.wq : args.wk);
-    load_pack<bf16, kV>(w + j * kV, w0);
-    load_pack<bf16, kV>(w + kHalf + j * kV, w1);
-  }
-#pragma unroll
-  for (int i = 0; i < kV; ++i) {
-    x0[i] = rms_apply_exact(x0[i], r, w0[i]);
-    x1[i] = rms_apply_exact(x1[i], r, w1[i]);
-  }
-  float y0[kV], y1[kV];
-#pragma unroll
-  for (int i = 0; i < kV; ++i) rope_rotate_pair(x0[i], x1[i], c[i], sn[i], &y0[i], &y1[i]);
-  store_pack<bf16, kV>(dst + j * kV, y0);
-  store_pack<bf16, kV>(dst + kHalf + j * kV, y1);
-  if constexpr (kDyn) {
-    if (threadIdx.x == 0) qk_store_rstd(args, t, h, r);
-  }
 }
 
 template <typename F>
@@ -333,27 +248,65 @@ int main() {
           norm ? "qk_norm_rope" : "rope", static_cast<long long>(t), t <= 256 ? "graph" : "cold ",
           time_at(t, lib), time_at(t, forced(true)), time_at(t, forced(false)),
           time_at(t, fixed(false)), time_at(t, fixed(true)), differ, nq + nk);
-      if (norm) {
-        auto libargs = [&](auto kern) {
-          return [&, kern](cudaStream_t st) {
-            CK(launch_with_pdl(kern, dim3(static_cast<unsigned>(t)), dim3(kLanes, kHq + kHk), 0, st,
-                               qa));
-          };
+      // The library's lean kernels with facts fixed at compile time (cuda/rope/rope_lean_spec.h),
+      // on the lean plan's launch.
+      auto spec = [&](auto kern) {
+        return [&, kern](cudaStream_t st) {
+          if constexpr (std::is_same_v<decltype(kern), void (*)(QkNormRopeArgs)>) {
+            CK(launch_with_pdl(kern, rope_launch_grid(lean_plan), rope_launch_block(lean_plan), 0,
+                               st, qa));
+          } else {
+            CK(launch_with_pdl(kern, rope_launch_grid(lean_plan), rope_launch_block(lean_plan), 0,
+                               st, qa.rope));
+          }
         };
-        const auto f1 = libargs(libargs_kernel<0, false>);
-        const auto fh = libargs(libargs_kernel<kHeadPtrs, false>);
-        const auto fp = libargs(libargs_kernel<kPosition, false>);
-        const auto fc = libargs(libargs_kernel<kCosSinRows, false>);
-        const auto f2 = libargs(libargs_kernel<kAllAddr, false>);
-        const auto f3 = libargs(libargs_kernel<kAllAddr, true>);
-        const size_t d2 = differ_after(f1) + differ_after(fh) + differ_after(fp) +
-                          differ_after(fc) + differ_after(f2) + differ_after(f3);
+      };
+      using P = LeanPositions;
+      if (norm) {
+        const auto s0 = spec(qk_norm_rope_lean_kernel<bf16, float, false, LeanAny>);
+        const auto sg =
+            spec(qk_norm_rope_lean_kernel<bf16, float, false, LeanSpec<8, P::kAny, false, false>>);
+        const auto sp = spec(
+            qk_norm_rope_lean_kernel<bf16, float, false, LeanSpec<0, P::kInt64, false, false>>);
+        const auto sr =
+            spec(qk_norm_rope_lean_kernel<bf16, float, false, LeanSpec<0, P::kAny, true, false>>);
+        const auto sw =
+            spec(qk_norm_rope_lean_kernel<bf16, float, false, LeanSpec<0, P::kAny, false, true>>);
+        const auto sa =
+            spec(qk_norm_rope_lean_kernel<bf16, float, false, LeanSpec<0, P::kInt64, true, false>>);
+        const auto sgw =
+            spec(qk_norm_rope_lean_kernel<bf16, float, false, LeanSpec<8, P::kAny, false, true>>);
+        const auto s7 =
+            spec(qk_norm_rope_lean_kernel<bf16, float, false, LeanSpec<8, P::kInt64, true, true>>);
+        const auto b0 = spec(
+            qk_norm_rope_lean_kernel<bf16, float, false, LeanSpec<0, P::kAny, false, false, 512>>);
+        const auto b7 = spec(
+            qk_norm_rope_lean_kernel<bf16, float, false, LeanSpec<8, P::kInt64, true, true, 512>>);
+        const size_t d2 = differ_after(s0) + differ_after(sg) + differ_after(sp) +
+                          differ_after(sr) + differ_after(sw) + differ_after(sa) +
+                          differ_after(sgw) + differ_after(s7) + differ_after(b0) +
+                          differ_after(b7);
         std::printf(
-            "qk libargs   T=%5lld %s: fixed, library args %8.2f | + head pointers %8.2f | + "
-            "position %8.2f | + cos/sin rows %8.2f | + all three %8.2f | + run-time g, w "
-            "dtype, D, rstd %8.2f us | %zu elements differ (6 runs)\n",
-            static_cast<long long>(t), t <= 256 ? "graph" : "cold ", time_at(t, f1), time_at(t, fh),
-            time_at(t, fp), time_at(t, fc), time_at(t, f2), time_at(t, f3), d2);
+            "qk spec      T=%5lld %s: any %8.2f | lanes 8 %8.2f | int64 pos %8.2f | rows %8.2f | "
+            "w as data %8.2f | pos+rows %8.2f | lanes+w %8.2f | all %8.2f | bound 512: any %8.2f, "
+            "all %8.2f us | %zu elements differ (10 runs)\n",
+            static_cast<long long>(t), t <= 256 ? "graph" : "cold ", time_at(t, s0), time_at(t, sg),
+            time_at(t, sp), time_at(t, sr), time_at(t, sw), time_at(t, sa), time_at(t, sgw),
+            time_at(t, s7), time_at(t, b0), time_at(t, b7), d2);
+      } else {
+        const auto s0 = spec(rope_lean_kernel<bf16, float, false, LeanAny>);
+        const auto sp =
+            spec(rope_lean_kernel<bf16, float, false, LeanSpec<0, P::kInt64, false, false>>);
+        const auto sr =
+            spec(rope_lean_kernel<bf16, float, false, LeanSpec<0, P::kAny, true, false>>);
+        const auto sa =
+            spec(rope_lean_kernel<bf16, float, false, LeanSpec<0, P::kInt64, true, false>>);
+        const size_t d2 = differ_after(s0) + differ_after(sp) + differ_after(sr) + differ_after(sa);
+        std::printf(
+            "rope spec    T=%5lld %s: any %8.2f | int64 pos %8.2f | rows %8.2f | pos+rows %8.2f us "
+            "| %zu elements differ (4 runs)\n",
+            static_cast<long long>(t), t <= 256 ? "graph" : "cold ", time_at(t, s0), time_at(t, sp),
+            time_at(t, sr), time_at(t, sa), d2);
       }
     }
   }

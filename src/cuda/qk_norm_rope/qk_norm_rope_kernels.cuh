@@ -349,18 +349,18 @@ __device__ __forceinline__ void qk_head_weights(const QkNormRopeArgs& args, int 
   load_pack_dyn<V>(w, wdt, ob, w1);
 }
 
-/// One thread's part of head hh of token t in the pair and lean kernels: rms over the head
-/// (butterfly over the g lanes in mask), (w + o) scaling with the weights weights(w0, w1)
+/// One thread's part of head hh of token t in the pair and lean kernels: rms over the head's D
+/// channels (kD, or the argument block's D when kD is 0; butterfly over the g lanes in mask),
+/// (w + o) scaling with the weights weights(w0, w1)
 /// yields (called after the butterfly: the pair kernel loads them there, the lean kernel
 /// hands over ones it loaded with the data), rotation, store at y = out() (the head's output,
 /// asked for after the rotation: the pair kernel's register allocation depends on that order);
 /// lane 0 stores r.
-template <typename T, int V, bool kGptj, typename OutFn, typename WeightsFn>
+template <typename T, int V, bool kGptj, int kD = 0, typename OutFn, typename WeightsFn>
 __device__ __forceinline__ void qk_pair_head(const QkNormRopeArgs& args, OutFn&& out, int64_t t,
                                              int hh, int oa, int ob, const RopeHeadRegs<T, V>& regs,
                                              const float (&c)[V], const float (&sn)[V],
                                              unsigned mask, int g, WeightsFn&& weights) {
-  const RopeKernelArgs& a = args.rope;
   float x0[V], x1[V];
   widen<T, V>(regs.x0, x0);
   widen<T, V>(regs.x1, x1);
@@ -370,7 +370,7 @@ __device__ __forceinline__ void qk_pair_head(const QkNormRopeArgs& args, OutFn&&
 #pragma unroll
   for (int i = 0; i < V; ++i) ss = __fmaf_rn(x1[i], x1[i], ss);
   ss = lane_group_sum(ss, mask, g);
-  const float r = rms_rstd(ss, a.head_dim, args.eps);
+  const float r = rms_rstd(ss, kD != 0 ? kD : args.rope.head_dim, args.eps);
   float w0[V], w1[V];
   weights(w0, w1);
 #pragma unroll

@@ -26,21 +26,27 @@
 
 namespace ropenorm::cuda {
 
-/// Lean QK-norm + RoPE of style kGptj with cos/sin tables of dtype C; launched only as
-/// core::plan_qk_norm_rope's kLean allows.
-template <typename T, typename C, bool kGptj>
-__global__ void __launch_bounds__(core::kRopeLeanMaxThreads)
+/// Lean QK-norm + RoPE of style kGptj with cos/sin tables of dtype C and the facts Spec fixes
+/// (rope_lean_spec.h); launched only as core::plan_qk_norm_rope's kLean allows.
+template <typename T, typename C, bool kGptj, typename Spec = LeanAny>
+__global__ void __launch_bounds__(Spec::kMaxThreads)
     qk_norm_rope_lean_kernel(const QkNormRopeArgs args) {
-  const int g = blockDim.x;
+  const int g = Spec::kLanes != 0 ? Spec::kLanes : static_cast<int>(blockDim.x);
   const int lane = (threadIdx.y * g + threadIdx.x) & 31;
   const unsigned mask = g == 32 ? 0xffffffffu : ((1u << g) - 1u) << (lane & ~(g - 1));
   constexpr int V = core::kRopeLeanVec;
   griddep_wait();
   RopeLeanItem<T> it;
-  rope_lean_load<T, C, kGptj>(args.rope, it);
+  rope_lean_load<T, C, kGptj, Spec>(args.rope, it);
   float w0[V], w1[V];
-  qk_head_weights<V>(args, it.hh, it.oa, it.ob, w0, w1);
-  qk_pair_head<T, V, kGptj>(
+  if constexpr (Spec::kWeightsAsData) {
+    const T* w = static_cast<const T*>(it.hh < args.rope.hq ? args.wq : args.wk);
+    load_pack<T, V>(w + it.oa, w0);
+    load_pack<T, V>(w + it.ob, w1);
+  } else {
+    qk_head_weights<V>(args, it.hh, it.oa, it.ob, w0, w1);
+  }
+  qk_pair_head<T, V, kGptj, 2 * Spec::kLanes * V>(
       args, [&] { return it.y; }, it.t, it.hh, it.oa, it.ob, it.regs, it.c, it.sn, mask, g,
       [&](float(&f0)[V], float(&f1)[V]) {
 #pragma unroll

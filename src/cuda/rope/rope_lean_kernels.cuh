@@ -28,6 +28,7 @@
 #include "cuda/common/pdl.cuh"
 #include "cuda/rope/rope_args.h"
 #include "cuda/rope/rope_kernels.cuh"
+#include "cuda/rope/rope_lean_spec.h"
 #include "ropenorm/status.h"
 
 namespace ropenorm::cuda {
@@ -43,9 +44,24 @@ struct RopeLeanItem {
   float c[V], sn[V];
 };
 
+/// Position of token (b, s) as Spec fixes it (rope_position when it fixes none).
+template <typename Spec>
+__device__ __forceinline__ int64_t rope_lean_position(const RopeKernelArgs& a, int64_t b,
+                                                      int64_t s) {
+  const int64_t off = b * a.pos_sb + s * a.pos_ss;
+  if constexpr (Spec::kPos == LeanPositions::kInt64) {
+    return static_cast<const int64_t*>(a.pos)[off];
+  } else if constexpr (Spec::kPos == LeanPositions::kInt32) {
+    return static_cast<int64_t>(static_cast<const int32_t*>(a.pos)[off]);
+  } else {
+    return a.source == RopeSource::kGathered ? 0 : rope_position(a, b, s);
+  }
+}
+
 /// Thread (x, y) of lean block (s, b): loads its head's two vectors, then the position and its
-/// pairs' c_i, s_i from tables of dtype C (the data loads in flight first).
-template <typename T, typename C, bool kGptj>
+/// pairs' c_i, s_i from tables of dtype C (the data loads in flight first); Spec: the facts
+/// fixed at compile time (rope_lean_spec.h).
+template <typename T, typename C, bool kGptj, typename Spec>
 __device__ __forceinline__ void rope_lean_load(const RopeKernelArgs& a, RopeLeanItem<T>& it) {
   constexpr int V = core::kRopeLeanVec;
   const int64_t s = blockIdx.x, b = blockIdx.y;
@@ -60,22 +76,26 @@ __device__ __forceinline__ void rope_lean_load(const RopeKernelArgs& a, RopeLean
   it.y = const_cast<T*>(rope_head_ptr<T>(is_q ? a.q_out : a.k_out, b, s, head));
   load_raw<T, V>(x + it.oa, it.regs.x0);
   load_raw<T, V>(x + it.ob, it.regs.x1);
-  const int64_t p = a.source == RopeSource::kGathered ? 0 : rope_position(a, b, s);
+  const int64_t p = rope_lean_position<Spec>(a, b, s);
   int64_t co, so;
-  rope_cos_sin_rows(a, p, b, s, co, so);
+  if constexpr (Spec::kRows) {
+    co = p * a.cos_row;
+    so = p * a.sin_row;
+  } else {
+    rope_cos_sin_rows(a, p, b, s, co, so);
+  }
   load_pack<C, V>(static_cast<const C*>(a.cos) + co + i0, it.c);
   load_pack<C, V>(static_cast<const C*>(a.sin) + so + i0, it.sn);
   rope_apply_direction<V>(a, it.sn);
 }
 
-/// Lean RoPE (forward or inverse, a.inverse) of style kGptj with cos/sin tables of dtype C;
-/// launched only as core::rope_lean allows.
-template <typename T, typename C, bool kGptj>
-__global__ void __launch_bounds__(core::kRopeLeanMaxThreads)
-    rope_lean_kernel(const RopeKernelArgs a) {
+/// Lean RoPE (forward or inverse, a.inverse) of style kGptj with cos/sin tables of dtype C and
+/// the facts Spec fixes; launched only as core::rope_lean allows.
+template <typename T, typename C, bool kGptj, typename Spec = LeanAny>
+__global__ void __launch_bounds__(Spec::kMaxThreads) rope_lean_kernel(const RopeKernelArgs a) {
   griddep_wait();
   RopeLeanItem<T> it;
-  rope_lean_load<T, C, kGptj>(a, it);
+  rope_lean_load<T, C, kGptj, Spec>(a, it);
   rope_rotate_store<T, core::kRopeLeanVec, kGptj>([&] { return it.y; }, it.oa, it.ob, it.regs, it.c,
                                                   it.sn);
 }
