@@ -74,6 +74,11 @@ bool rope_lean(const RopeLeanFacts& f, int64_t max_tokens) {
   return (f.half / kRopeLeanVec) * f.heads <= kRopeLeanMaxThreads;
 }
 
+int64_t rope_lean_max_tokens(const RopeLeanFacts& f) {
+  const bool small_block = (f.half / kRopeLeanVec) * f.heads <= kRopeLeanLongRunThreads;
+  return f.cos_sin_rows && small_block ? INT64_MAX : kRopeLeanMaxTokens;
+}
+
 RopePlan plan_rope_lean(const RopeLeanFacts& f) {
   const int64_t seq = f.seq > 0 ? f.seq : f.tokens;
   RopePlan p;

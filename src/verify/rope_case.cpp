@@ -12,6 +12,7 @@
 #include <set>
 #include <sstream>
 
+#include "cuda/rope/rope_run.h"
 #include "reference/host_float.h"
 #include "reference/rope_ref.h"
 #include "reference/tolerance.h"
@@ -110,6 +111,7 @@ std::string describe(const RopeCase& c) {
     if (c.pos_flat) os << "(flat)";
   }
   if (c.storage_offset) os << " off=" << c.storage_offset;
+  if (!c.allow_lean) os << " no-lean";
   if (c.in_place) os << " in-place";
   if (c.inverse) os << " inverse";
   if (c.check_positions) os << " checked";
@@ -296,7 +298,15 @@ RopeOutcome run_case(const RopeCase& c, const RopeInputs& in) {
   params.inverse = c.inverse;
   params.check_positions = c.check_positions;
 
-  out.status = rope(q, k, q_out, k_out, pos, cs, params);
+  core::RopeCall call;
+  call.q = q;
+  call.k = k;
+  call.q_out = q_out;
+  call.k_out = k_out;
+  call.positions = pos;
+  call.cos_sin = cs;
+  call.params = params;
+  out.status = cuda::run_rope(call, c.allow_lean, Stream{});
   if (out.status.ok()) out.status = sync_device();
   if (!out.status.ok()) {
     // Nothing may have been written: every output buffer must still hold its initial bytes.

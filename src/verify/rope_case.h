@@ -51,6 +51,7 @@ struct RopeCase {
   bool in_place = false;
   bool inverse = false;
   bool check_positions = false;
+  bool allow_lean = true;  ///< false: the general kernel where the planner would pick the lean one
   int64_t bad_token = -1;  ///< >= 0: this token's position is set to P (out of range)
   double theta = 10000.0;
   float attention_scaling = 1.0f;  ///< kInvFreq only

@@ -209,7 +209,8 @@ TEST(GpuQkNormRope, LongRuns) {
 // is past kQkLeanLongRunThreads, so 73 tokens take the pair kernel and the token alone the lean
 // one) gives the pair kernel's bits (the same call with the lean kernel disallowed), token by
 // token, in both styles, both directions, f16 and bf16 data, f32 / bf16 / f16 tables and bf16 /
-// f32 weights with an offset; and a token alone gives the run's bits.
+// f16 / f32 weights with an offset (weights in the data's dtype at D 128 and 256 take the
+// LeanLanesWeights instances, the rest LeanAny); and a token alone gives the run's bits.
 TEST(GpuQkNormRope, LeanKernelMatchesPairKernel) {
   ROPENORM_REQUIRE_GPU();
   struct Variant {
@@ -228,6 +229,10 @@ TEST(GpuQkNormRope, LeanKernelMatchesPairKernel) {
        DType::kFloat32, 64},
       {DType::kBFloat16, RopeStyle::kGptj, true, CosSinKind::kHfCosSin, DType::kFloat32,
        DType::kBFloat16, 256},
+      {DType::kFloat16, RopeStyle::kNeox, false, CosSinKind::kHfCosSinGathered, DType::kBFloat16,
+       DType::kFloat16, 128},
+      {DType::kBFloat16, RopeStyle::kNeox, false, CosSinKind::kCache, DType::kFloat32,
+       DType::kFloat32, 128},
   };
   uint64_t seed = 450;
   for (const Variant& v : variants) {

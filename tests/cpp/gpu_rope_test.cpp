@@ -348,6 +348,60 @@ TEST(GpuRope, LongRuns) {
   expect_pass(g);
 }
 
+// The lean kernel (what the planner picks for these calls: every run length for cos/sin rows
+// indexed by position, blocks of at most kRopeLeanLongRunThreads threads; up to
+// kRopeLeanMaxTokens tokens for gathered rows) gives the general kernel's bits (the same call
+// with the lean kernel disallowed): both styles, both directions, f16 and bf16 data, every
+// table source and table dtype, D 64 / 128 / 256, one sequence and B x S, in and out of place.
+TEST(GpuRope, LeanKernelMatchesGeneralKernel) {
+  ROPENORM_REQUIRE_GPU();
+  struct Variant {
+    DType dtype;
+    RopeStyle style;
+    bool inverse;
+    CosSinKind source;
+    DType cs_dtype;
+    int64_t hq, hk, head_dim, batch, seq;
+  };
+  const Variant variants[] = {
+      {DType::kBFloat16, RopeStyle::kNeox, false, CosSinKind::kCache, DType::kFloat32, 32, 8, 128,
+       0, 4099},
+      {DType::kFloat16, RopeStyle::kGptj, true, CosSinKind::kHfCosSin, DType::kBFloat16, 32, 8, 64,
+       3, 700},
+      {DType::kBFloat16, RopeStyle::kGptj, false, CosSinKind::kCache, DType::kFloat16, 16, 8, 256,
+       2, 1100},
+      {DType::kFloat16, RopeStyle::kNeox, true, CosSinKind::kHfCosSinGathered, DType::kFloat32, 32,
+       8, 128, 2, core::kRopeLeanMaxTokens / 2},
+  };
+  uint64_t seed = 1100;
+  for (const Variant& v : variants) {
+    RopeCase c;
+    c.dtype = v.dtype;
+    c.style = v.style;
+    c.inverse = v.inverse;
+    c.source = v.source;
+    c.cs_dtype = v.cs_dtype;
+    c.hq = v.hq;
+    c.hk = v.hk;
+    c.head_dim = v.head_dim;
+    c.batch = v.batch;
+    c.seq = v.seq;
+    c.table_rows = 8192;
+    c.layout = RopeLayout::kPackedQkv;
+    c.in_place = seed % 2 == 1;
+    c.seed = seed++;
+    const auto in = verify::make_inputs(c);
+    const auto a = verify::run_case(c, in);
+    ASSERT_TRUE(a.passed) << a.summary;
+    RopeCase general = c;
+    general.allow_lean = false;
+    const auto b = verify::run_case(general, in);
+    ASSERT_TRUE(b.passed) << b.summary;
+    ASSERT_EQ(a.q_out.bytes, b.q_out.bytes) << a.summary;
+    ASSERT_EQ(a.k_out.bytes, b.k_out.bytes) << a.summary;
+  }
+}
+
 // Decode-like and large-token shapes of the standard benchmark set.
 TEST(GpuRope, StandardShapes) {
   ROPENORM_REQUIRE_GPU();
@@ -482,7 +536,8 @@ TEST(GpuRope, GptjIsNeoxAfterChannelPermutation) {
 }
 
 // Token 0's output bits are the same whatever T (and whatever kernel and block shape the plan
-// picks: the lean kernel up to kRopeLeanMaxTokens tokens, the general one above), for both
+// picks: the lean kernel at every T for cos/sin rows indexed by position, up to
+// kRopeLeanMaxTokens tokens for gathered rows, the general one above), for both
 // styles, both directions, 16-bit data types and table dtypes, and head dims 64 / 128 / 256.
 TEST(GpuRope, TokenResultIndependentOfT) {
   ROPENORM_REQUIRE_GPU();

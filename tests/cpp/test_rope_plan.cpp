@@ -202,6 +202,24 @@ TEST(CpuRopePlan, LeanRuleForShortRunsOnly) {
   EXPECT_FALSE(rope_lean(f, INT64_MAX));
 }
 
+// The token bound of the RoPE launcher: every run for cos/sin rows indexed by position and
+// blocks of up to kRopeLeanLongRunThreads threads, else the short-run bound.
+TEST(CpuRopePlan, LeanTokenBound) {
+  RopeLeanFacts f = lean_facts(65536, 40, 64, 128);        // 8 lanes x 40 heads = 320 threads
+  EXPECT_EQ(rope_lean_max_tokens(f), kRopeLeanMaxTokens);  // gathered rows
+  f.cos_sin_rows = true;
+  EXPECT_EQ(rope_lean_max_tokens(f), INT64_MAX);
+  EXPECT_TRUE(rope_lean(f, rope_lean_max_tokens(f)));
+  f = lean_facts(65536, kRopeLeanLongRunThreads / 16, 128, 256);  // 16 lanes: 512 threads
+  f.cos_sin_rows = true;
+  EXPECT_EQ(rope_lean_max_tokens(f), INT64_MAX);
+  f.heads += 1;  // 528 threads
+  EXPECT_EQ(rope_lean_max_tokens(f), kRopeLeanMaxTokens);
+  EXPECT_FALSE(rope_lean(f, rope_lean_max_tokens(f)));
+  f.tokens = kRopeLeanMaxTokens;
+  EXPECT_TRUE(rope_lean(f, rope_lean_max_tokens(f)));
+}
+
 TEST(CpuRopePlan, LeanLaunchShape) {
   RopePlan p = plan_rope_lean(lean_facts(7, 40, 64, 128));
   EXPECT_TRUE(p.lean);

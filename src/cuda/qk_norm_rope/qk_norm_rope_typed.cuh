@@ -4,7 +4,8 @@
 // inside the kernels (uniform branches), and so is the cos/sin table dtype except in the lean
 // kernel, where it is a template argument: each dtype has four scalar kernels (slots per lane
 // 1, 2, 4, 8) and, for 16-bit types, the vector kernel, the pair kernel per style (single-round
-// or looping) and the lean kernel per style and cos/sin table dtype.
+// or looping) and the lean kernel per style and cos/sin table dtype: for D = 128 and 256 with
+// weights in q/k's dtype (LeanLanesWeights), and for every other lean call (LeanAny).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -28,11 +29,21 @@ Status launch_qk_norm_rope_typed(const QkNormRopeArgs& a, const core::QkNormRope
   cudaError_t err = cudaSuccess;
   if (plan.kernel == core::QkKernel::kLean) {
     if constexpr (sizeof(T) == 2) {
-      ROPENORM_TRY(launch_rope_lean("qk_norm_rope", a.rope.cs_dtype, a.rope.gptj, plan.rope, stream,
-                                    a, &err, [](auto c, auto gptj) {
-                                      using C = typename decltype(c)::type;
-                                      return qk_norm_rope_lean_kernel<T, C, decltype(gptj)::value>;
-                                    }));
+      const bool w_as_data = a.wq_dtype == DTypeOf<T>::value && a.wk_dtype == DTypeOf<T>::value;
+      const int lanes = a.rope.half / core::kRopeLeanVec;
+      ROPENORM_TRY(
+          launch_rope_lean("qk_norm_rope", a.rope.cs_dtype, a.rope.gptj, plan.rope, stream, a, &err,
+                           [&](auto c, auto gptj) {
+                             using C = typename decltype(c)::type;
+                             constexpr bool G = decltype(gptj)::value;
+                             if (w_as_data && lanes == 8) {
+                               return qk_norm_rope_lean_kernel<T, C, G, LeanLanesWeights<8>>;
+                             }
+                             if (w_as_data && lanes == 16) {
+                               return qk_norm_rope_lean_kernel<T, C, G, LeanLanesWeights<16>>;
+                             }
+                             return qk_norm_rope_lean_kernel<T, C, G, LeanAny>;
+                           }));
     } else {
       return Status(StatusCode::kUnsupported, "qk_norm_rope: no lean kernel for 32-bit q/k");
     }

@@ -215,6 +215,7 @@ core::RopeLeanFacts rope_lean_facts(const core::RopeCall& c, const core::RopeGeo
   f.elem_size = static_cast<int>(dtype_size(c.q.dtype));
   f.vec = vec;
   f.cos_sin_loaded = c.cos_sin.kind != CosSinKind::kInvFreq;
+  f.cos_sin_rows = c.cos_sin.kind == CosSinKind::kCache || c.cos_sin.kind == CosSinKind::kHfCosSin;
   f.tokens = g.tokens;
   f.seq = g.seq;
   f.heads = g.hq + g.hk;

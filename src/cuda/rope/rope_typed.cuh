@@ -4,7 +4,8 @@
 // the direction are run-time switches inside the kernel (uniform branches); the style is a
 // template argument, so each dtype has, per vector width (16 / sizeof(T), ..., 2, 1) and style,
 // the looping kernel and the single-round kernel at two register budgets (plan.long_run), and
-// for 16-bit types the lean short-run kernel per style and cos/sin table dtype (plan.lean).
+// for 16-bit types the lean kernel per style and cos/sin table dtype (plan.lean), for cos/sin
+// rows indexed by position (LeanRows) and for gathered ones (LeanAny).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -50,11 +51,13 @@ Status launch_rope_typed(const RopeKernelArgs& a, const core::RopePlan& plan, cu
   cudaError_t err = cudaSuccess;
   if (plan.lean) {
     if constexpr (sizeof(T) == 2) {
-      ROPENORM_TRY(launch_rope_lean("rope", a.cs_dtype, a.gptj, plan, stream, a, &err,
-                                    [](auto c, auto gptj) {
-                                      using C = typename decltype(c)::type;
-                                      return rope_lean_kernel<T, C, decltype(gptj)::value>;
-                                    }));
+      ROPENORM_TRY(launch_rope_lean(
+          "rope", a.cs_dtype, a.gptj, plan, stream, a, &err, [&](auto c, auto gptj) {
+            using C = typename decltype(c)::type;
+            constexpr bool G = decltype(gptj)::value;
+            return a.source != RopeSource::kGathered ? rope_lean_kernel<T, C, G, LeanRows>
+                                                     : rope_lean_kernel<T, C, G, LeanAny>;
+          }));
     } else {
       return Status(StatusCode::kUnsupported, "rope: no lean kernel for 32-bit q/k");
     }
