@@ -61,4 +61,14 @@ QkNormRopePlan plan_qk_norm_rope(const QkNormRopeFacts& f) {
   return p;
 }
 
+QkLeanInstance qk_lean_instance(const QkLeanInstanceFacts& f) {
+  if (!f.weights_as_data || (f.lanes != 8 && f.lanes != 16)) return QkLeanInstance::kAny;
+  if (f.lanes == 8 && f.cos_sin_rows && f.tokens <= kQkLeanDecodeTokens &&
+      f.threads <= kQkLeanDecodeThreads) {
+    if (f.explicit_position_bits == 64) return QkLeanInstance::kDecodeI64;
+    if (f.explicit_position_bits == 32) return QkLeanInstance::kDecodeI32;
+  }
+  return QkLeanInstance::kLanesWeights;
+}
+
 }  // namespace ropenorm::core

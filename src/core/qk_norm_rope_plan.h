@@ -77,4 +77,37 @@ struct QkNormRopePlan {
 ///    rounded up to 1, 2, 4, 8, enough warps for the token's heads (at most kQkScalarMaxThreads).
 QkNormRopePlan plan_qk_norm_rope(const QkNormRopeFacts& f);
 
+/// Most tokens of a lean launch the decode instances serve (decode.cu at 512a762, H200, bf16,
+/// D 128, 32 + 8 heads, graph replay up to 256 tokens: 1.57 / 1.68 / 2.28 / 10.94 us at T = 1 /
+/// 64 / 256 / 1024 against 1.76 / 1.90 / 2.59 / 11.23 for the lanes-and-weights instance, but
+/// 33.57 against 31.58 at 4096).
+constexpr int64_t kQkLeanDecodeTokens = 1024;
+/// Threads per block of the decode instances at most: their launch bound (80 registers, no
+/// spills, against 64 and spills under the general bound of 1024).
+constexpr int64_t kQkLeanDecodeThreads = 512;
+
+/// Instances of the lean kernel: the facts each fixes at compile time
+/// (cuda/rope/rope_lean_spec.h); every instance gives the same bits.
+enum class QkLeanInstance {
+  kAny,           ///< every fact read at run time
+  kLanesWeights,  ///< 8 or 16 lanes per head (D 128 or 256), both weights in q/k's dtype
+  kDecodeI64,     ///< 8 lanes, weights in q/k's dtype, int64 positions, cos/sin rows
+  kDecodeI32,     ///< the same with int32 positions
+};
+
+/// What qk_lean_instance decides from, for a call the lean kernel serves.
+struct QkLeanInstanceFacts {
+  int64_t tokens = 0;
+  int64_t lanes = 0;               ///< h / 8 (the lean block's x)
+  int64_t threads = 0;             ///< the lean block's threads
+  bool weights_as_data = false;    ///< wq and wk in q/k's dtype
+  bool cos_sin_rows = false;       ///< cos/sin rows indexed by position (cache or [P, R] table)
+  int explicit_position_bits = 0;  ///< 64 / 32: explicit positions of that width; 0: implicit
+};
+
+/// The instance for the call: kDecodeI64 / kDecodeI32 for 8 lanes, weights in the data dtype,
+/// cos/sin rows, explicit positions, T <= kQkLeanDecodeTokens and at most kQkLeanDecodeThreads
+/// threads; else kLanesWeights for 8 or 16 lanes and weights in the data dtype; else kAny.
+QkLeanInstance qk_lean_instance(const QkLeanInstanceFacts& f);
+
 }  // namespace ropenorm::core

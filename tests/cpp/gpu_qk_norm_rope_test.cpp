@@ -209,8 +209,10 @@ TEST(GpuQkNormRope, LongRuns) {
 // is past kQkLeanLongRunThreads, so 73 tokens take the pair kernel and the token alone the lean
 // one) gives the pair kernel's bits (the same call with the lean kernel disallowed), token by
 // token, in both styles, both directions, f16 and bf16 data, f32 / bf16 / f16 tables and bf16 /
-// f16 / f32 weights with an offset (weights in the data's dtype at D 128 and 256 take the
-// LeanLanesWeights instances, the rest LeanAny); and a token alone gives the run's bits.
+// f16 / f32 weights with an offset, int64 / int32 / implicit positions (weights in the data's
+// dtype take the decode instances at D 128 with explicit positions and cos/sin rows, the
+// lanes-and-weights ones at D 128 with implicit positions and at 256, the rest the general
+// one: core::qk_lean_instance); and a token alone gives the run's bits.
 TEST(GpuQkNormRope, LeanKernelMatchesPairKernel) {
   ROPENORM_REQUIRE_GPU();
   struct Variant {
@@ -221,18 +223,21 @@ TEST(GpuQkNormRope, LeanKernelMatchesPairKernel) {
     DType cs_dtype;
     DType w_dtype;
     int64_t head_dim;
+    RopePosKind pos_kind;
   };
   const Variant variants[] = {
       {DType::kBFloat16, RopeStyle::kGptj, false, CosSinKind::kCache, DType::kBFloat16,
-       DType::kBFloat16, 128},
+       DType::kBFloat16, 128, RopePosKind::kI64},
       {DType::kFloat16, RopeStyle::kNeox, true, CosSinKind::kHfCosSin, DType::kFloat16,
-       DType::kFloat32, 64},
+       DType::kFloat32, 64, RopePosKind::kI64},
       {DType::kBFloat16, RopeStyle::kGptj, true, CosSinKind::kHfCosSin, DType::kFloat32,
-       DType::kBFloat16, 256},
-      {DType::kFloat16, RopeStyle::kNeox, false, CosSinKind::kHfCosSinGathered, DType::kBFloat16,
-       DType::kFloat16, 128},
+       DType::kBFloat16, 256, RopePosKind::kI64},
+      {DType::kFloat16, RopeStyle::kNeox, false, CosSinKind::kHfCosSin, DType::kBFloat16,
+       DType::kFloat16, 128, RopePosKind::kI32},
       {DType::kBFloat16, RopeStyle::kNeox, false, CosSinKind::kCache, DType::kFloat32,
-       DType::kFloat32, 128},
+       DType::kBFloat16, 128, RopePosKind::kArange},
+      {DType::kBFloat16, RopeStyle::kNeox, false, CosSinKind::kCache, DType::kFloat32,
+       DType::kFloat32, 128, RopePosKind::kI64},
   };
   uint64_t seed = 450;
   for (const Variant& v : variants) {
@@ -247,6 +252,7 @@ TEST(GpuQkNormRope, LeanKernelMatchesPairKernel) {
     c.rope.source = v.source;
     c.rope.cs_dtype = v.cs_dtype;
     c.rope.layout = RopeLayout::kPackedQkv;
+    c.rope.pos_kind = v.pos_kind;
     c.w_dtype = v.w_dtype;
     c.weight_offset = 1.0f;
     c.rope.seed = seed++;
@@ -259,7 +265,9 @@ TEST(GpuQkNormRope, LeanKernelMatchesPairKernel) {
     ASSERT_EQ(a.k_out.bytes, b.k_out.bytes);
     ASSERT_EQ(a.q_rstd, b.q_rstd);
     ASSERT_EQ(a.k_rstd, b.k_rstd);
-    ASSERT_NO_FATAL_FAILURE(expect_token_alone_same_bits(c, in, a, 5));
+    if (v.pos_kind != RopePosKind::kArange) {  // a token alone would sit at position 0
+      ASSERT_NO_FATAL_FAILURE(expect_token_alone_same_bits(c, in, a, 5));
+    }
   }
 }
 

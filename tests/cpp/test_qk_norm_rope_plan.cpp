@@ -181,5 +181,44 @@ TEST(CpuQkNormRopePlan, ShapesStayWithinTheKernelsLimits) {
   }
 }
 
+// The lean kernel's instance: the decode instances for D 128 (8 lanes) with weights in the data
+// dtype, cos/sin rows, explicit positions, up to kQkLeanDecodeTokens tokens and
+// kQkLeanDecodeThreads threads; the lanes-and-weights instance for 8 or 16 lanes and weights in
+// the data dtype otherwise; the general instance for the rest.
+TEST(CpuQkNormRopePlan, LeanInstance) {
+  QkLeanInstanceFacts f;
+  f.tokens = 1;
+  f.lanes = 8;
+  f.threads = 320;
+  f.weights_as_data = true;
+  f.cos_sin_rows = true;
+  f.explicit_position_bits = 64;
+  EXPECT_EQ(qk_lean_instance(f), QkLeanInstance::kDecodeI64);
+  f.explicit_position_bits = 32;
+  EXPECT_EQ(qk_lean_instance(f), QkLeanInstance::kDecodeI32);
+  f.tokens = kQkLeanDecodeTokens;
+  EXPECT_EQ(qk_lean_instance(f), QkLeanInstance::kDecodeI32);
+  f.tokens = kQkLeanDecodeTokens + 1;
+  EXPECT_EQ(qk_lean_instance(f), QkLeanInstance::kLanesWeights);
+  f.tokens = 1;
+  f.explicit_position_bits = 0;  // implicit positions
+  EXPECT_EQ(qk_lean_instance(f), QkLeanInstance::kLanesWeights);
+  f.explicit_position_bits = 64;
+  f.cos_sin_rows = false;  // gathered rows
+  EXPECT_EQ(qk_lean_instance(f), QkLeanInstance::kLanesWeights);
+  f.cos_sin_rows = true;
+  f.threads = kQkLeanDecodeThreads + 8;
+  EXPECT_EQ(qk_lean_instance(f), QkLeanInstance::kLanesWeights);
+  f.threads = kQkLeanDecodeThreads;
+  EXPECT_EQ(qk_lean_instance(f), QkLeanInstance::kDecodeI64);
+  f.lanes = 16;  // D 256: no decode instance
+  EXPECT_EQ(qk_lean_instance(f), QkLeanInstance::kLanesWeights);
+  f.lanes = 4;  // D 64
+  EXPECT_EQ(qk_lean_instance(f), QkLeanInstance::kAny);
+  f.lanes = 8;
+  f.weights_as_data = false;
+  EXPECT_EQ(qk_lean_instance(f), QkLeanInstance::kAny);
+}
+
 }  // namespace
 }  // namespace ropenorm::core

@@ -18,6 +18,7 @@
 // stream (programmatic dependent launch) before its first global memory access.
 #pragma once
 
+#include "core/qk_norm_rope_plan.h"
 #include "core/rope_plan.h"
 #include "cuda/common/pdl.cuh"
 #include "cuda/qk_norm_rope/qk_norm_rope_args.h"
@@ -25,6 +26,15 @@
 #include "cuda/rope/rope_lean_kernels.cuh"
 
 namespace ropenorm::cuda {
+
+/// core::QkLeanInstance::kLanesWeights: kLanes lanes per head (D = 16 kLanes), both weights in
+/// q/k's dtype.
+template <int kLanes>
+using LeanLanesWeights = LeanSpec<kLanes, LeanPositions::kAny, false, true>;
+/// core::QkLeanInstance::kDecodeI64 / kDecodeI32: 8 lanes, weights in q/k's dtype, explicit
+/// positions kPos, cos/sin rows, the launch bound core::kQkLeanDecodeThreads.
+template <LeanPositions kPos>
+using LeanDecode = LeanSpec<8, kPos, true, true, core::kQkLeanDecodeThreads>;
 
 /// Lean QK-norm + RoPE of style kGptj with cos/sin tables of dtype C and the facts Spec fixes
 /// (rope_lean_spec.h); launched only as core::plan_qk_norm_rope's kLean allows.

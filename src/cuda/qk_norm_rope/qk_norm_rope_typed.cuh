@@ -4,8 +4,9 @@
 // inside the kernels (uniform branches), and so is the cos/sin table dtype except in the lean
 // kernel, where it is a template argument: each dtype has four scalar kernels (slots per lane
 // 1, 2, 4, 8) and, for 16-bit types, the vector kernel, the pair kernel per style (single-round
-// or looping) and the lean kernel per style and cos/sin table dtype: for D = 128 and 256 with
-// weights in q/k's dtype (LeanLanesWeights), and for every other lean call (LeanAny).
+// or looping) and the lean kernel per style and cos/sin table dtype in the instances
+// core::qk_lean_instance picks (LeanDecode for int64 and int32 positions, LeanLanesWeights for
+// 8 and 16 lanes, LeanAny).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -29,21 +30,32 @@ Status launch_qk_norm_rope_typed(const QkNormRopeArgs& a, const core::QkNormRope
   cudaError_t err = cudaSuccess;
   if (plan.kernel == core::QkKernel::kLean) {
     if constexpr (sizeof(T) == 2) {
-      const bool w_as_data = a.wq_dtype == DTypeOf<T>::value && a.wk_dtype == DTypeOf<T>::value;
-      const int lanes = a.rope.half / core::kRopeLeanVec;
-      ROPENORM_TRY(
-          launch_rope_lean("qk_norm_rope", a.rope.cs_dtype, a.rope.gptj, plan.rope, stream, a, &err,
-                           [&](auto c, auto gptj) {
-                             using C = typename decltype(c)::type;
-                             constexpr bool G = decltype(gptj)::value;
-                             if (w_as_data && lanes == 8) {
-                               return qk_norm_rope_lean_kernel<T, C, G, LeanLanesWeights<8>>;
-                             }
-                             if (w_as_data && lanes == 16) {
-                               return qk_norm_rope_lean_kernel<T, C, G, LeanLanesWeights<16>>;
-                             }
-                             return qk_norm_rope_lean_kernel<T, C, G, LeanAny>;
-                           }));
+      core::QkLeanInstanceFacts f;
+      f.tokens = a.rope.tokens;
+      f.lanes = plan.rope.bx;
+      f.threads = int64_t{plan.rope.bx} * plan.rope.by;
+      f.weights_as_data = a.wq_dtype == DTypeOf<T>::value && a.wk_dtype == DTypeOf<T>::value;
+      f.cos_sin_rows = a.rope.source != RopeSource::kGathered;
+      f.explicit_position_bits = a.rope.pos == nullptr ? 0 : a.rope.pos_i64 ? 64 : 32;
+      const core::QkLeanInstance inst = core::qk_lean_instance(f);
+      ROPENORM_TRY(launch_rope_lean(
+          "qk_norm_rope", a.rope.cs_dtype, a.rope.gptj, plan.rope, stream, a, &err,
+          [&](auto c, auto gptj) {
+            using C = typename decltype(c)::type;
+            constexpr bool G = decltype(gptj)::value;
+            switch (inst) {
+              case core::QkLeanInstance::kDecodeI64:
+                return qk_norm_rope_lean_kernel<T, C, G, LeanDecode<LeanPositions::kInt64>>;
+              case core::QkLeanInstance::kDecodeI32:
+                return qk_norm_rope_lean_kernel<T, C, G, LeanDecode<LeanPositions::kInt32>>;
+              case core::QkLeanInstance::kLanesWeights:
+                return f.lanes == 8 ? qk_norm_rope_lean_kernel<T, C, G, LeanLanesWeights<8>>
+                                    : qk_norm_rope_lean_kernel<T, C, G, LeanLanesWeights<16>>;
+              case core::QkLeanInstance::kAny:
+                break;
+            }
+            return qk_norm_rope_lean_kernel<T, C, G, LeanAny>;
+          }));
     } else {
       return Status(StatusCode::kUnsupported, "qk_norm_rope: no lean kernel for 32-bit q/k");
     }

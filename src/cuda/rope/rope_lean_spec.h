@@ -32,8 +32,5 @@ struct LeanSpec {
 using LeanAny = LeanSpec<0, LeanPositions::kAny, false, false>;
 /// RoPE: cos/sin rows indexed by position (RopeSource kCache or kTable).
 using LeanRows = LeanSpec<0, LeanPositions::kAny, true, false>;
-/// QK-norm + RoPE: kLanes lanes per head (D = 16 kLanes) and both weights in q/k's dtype.
-template <int kLanes>
-using LeanLanesWeights = LeanSpec<kLanes, LeanPositions::kAny, false, true>;
 
 }  // namespace ropenorm::cuda
