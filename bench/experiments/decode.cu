@@ -2,8 +2,8 @@
 // tokens, and up to which T should the library's lean kernels serve?
 // bf16 q [T, 32, 128] and k [T, 8, 128], neox, f32 cos/sin cache of P rows, random int64
 // positions, out of place, no rstd saved. Per T, five runs of the same inputs:
-//  - library: the public rope / qk_norm_rope call (the lean RoPE kernel up to
-//    core::kRopeLeanMaxTokens tokens, the general one above; the lean QK kernel at every T here);
+//  - library: the public rope / qk_norm_rope call (the lean kernels at every T here, in the
+//    instance the launcher picks);
 //  - lean: the library's lean kernel forced at this T (core::plan_rope_lean, launched through
 //    the library's own typed launcher), general: its general kernel forced (plan_rope; the QK
 //    pair kernel);
@@ -15,10 +15,13 @@
 //    this; its RoPE and QK-norm + RoPE kernels do not: at b444e66 this program measured the
 //    trigger 0.06-0.25 us slower for the fixed kernels up to T = 256, and the main job no faster
 //    for the general ones).
-// Every run's output is compared bit for bit with the library call's. For QK, also the fixed
-// kernel reading the library's argument block (libargs_kernel: plain, with the library's
-// addressing, with its other run-time generalities too). Last, the QK fixed kernel with the
-// library lean kernel's run-time generalities one at a time (Dyn), at T = 1 and 64.
+// Every run's output is compared bit for bit with the library call's. Then the library's lean
+// kernels in instances that fix facts at compile time (LeanSpec, cuda/rope/rope_lean_spec.h:
+// LeanAny, lanes per head, int64 positions, cos/sin rows, weights in the data dtype, and
+// combinations, two under a 512-thread launch bound) on the lean plan's launch. (The split of
+// the library's addressing in the fixed kernel, libargs_kernel, is in this file's history at
+// 0463f69, with its log.) Last, the QK fixed kernel with the library lean kernel's run-time
+// generalities one at a time (Dyn), at T = 1 and 64.
 // Graph-replay medians for T <= 256, cold-L2 event medians above. Not part of the build:
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90,code=sm_90 -Iinclude -Isrc \
 //        bench/experiments/decode.cu build/libropenorm.a -o decode

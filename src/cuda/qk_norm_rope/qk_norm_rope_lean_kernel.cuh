@@ -1,6 +1,7 @@
 // Lean fused QK-norm + RoPE kernel (decode steps, and every run length for blocks of up to
 // core::kQkLeanLongRunThreads threads): the lean RoPE launch (core::plan_rope_lean,
-// cuda/rope/rope_lean_kernels.cuh) plus the norm of the pair kernel.
+// cuda/rope/rope_lean_kernels.cuh) plus the norm of the pair kernel, in the instances
+// core::qk_lean_instance picks (LeanAny, LeanLanesWeights, LeanDecode; every one the same bits).
 //
 // Ownership (grid (S, B), block (g, Hq + Hk), g = h / 8 a power of two <= 32):
 //  - Token: block (blockIdx.x, blockIdx.y) owns token (b, s) = (blockIdx.y, blockIdx.x); every

@@ -1,4 +1,6 @@
-// Lean RoPE kernel for short runs (decode steps): the launch core::plan_rope_lean describes.
+// Lean RoPE kernel: the launch core::plan_rope_lean describes (decode steps and short runs;
+// every run length for cos/sin rows indexed by position, core::rope_lean_max_tokens), in
+// instances that fix facts of the call at compile time (rope_lean_spec.h).
 //
 // Ownership (grid (S, B), block (h / V, Hq + Hk), V = core::kRopeLeanVec):
 //  - Token: block (blockIdx.x, blockIdx.y) owns token (b, s) = (blockIdx.y, blockIdx.x), t =
