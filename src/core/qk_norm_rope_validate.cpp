@@ -348,13 +348,7 @@ QkNormRopeCall qk_norm_rope_call(const TensorRef& q, const TensorRef& k, const T
                                  const RopeCosSin& cos_sin, const RopeParams& rope_params,
                                  const QkNormParams& norm_params) {
   QkNormRopeCall c;
-  c.rope.q = q;
-  c.rope.k = k;
-  c.rope.q_out = q_out;
-  c.rope.k_out = k_out;
-  c.rope.positions = positions;
-  c.rope.cos_sin = cos_sin;
-  c.rope.params = rope_params;
+  c.rope = RopeCall{q, k, q_out, k_out, positions, cos_sin, rope_params};
   c.wq = wq;
   c.wk = wk;
   c.q_rstd = q_rstd;

@@ -298,15 +298,8 @@ RopeOutcome run_case(const RopeCase& c, const RopeInputs& in) {
   params.inverse = c.inverse;
   params.check_positions = c.check_positions;
 
-  core::RopeCall call;
-  call.q = q;
-  call.k = k;
-  call.q_out = q_out;
-  call.k_out = k_out;
-  call.positions = pos;
-  call.cos_sin = cs;
-  call.params = params;
-  out.status = cuda::run_rope(call, c.allow_lean, Stream{});
+  out.status =
+      cuda::run_rope(core::RopeCall{q, k, q_out, k_out, pos, cs, params}, c.allow_lean, Stream{});
   if (out.status.ok()) out.status = sync_device();
   if (!out.status.ok()) {
     // Nothing may have been written: every output buffer must still hold its initial bytes.

@@ -60,15 +60,8 @@ Status run_rope(const core::RopeCall& c, bool allow_lean, Stream stream) {
 Status rope(const TensorRef& q, const TensorRef& k, const TensorRef& q_out, const TensorRef& k_out,
             const RopePositions& positions, const RopeCosSin& cos_sin, const RopeParams& params,
             Stream stream) {
-  core::RopeCall c;
-  c.q = q;
-  c.k = k;
-  c.q_out = q_out;
-  c.k_out = k_out;
-  c.positions = positions;
-  c.cos_sin = cos_sin;
-  c.params = params;
-  return cuda::run_rope(c, true, stream);
+  return cuda::run_rope(core::RopeCall{q, k, q_out, k_out, positions, cos_sin, params}, true,
+                        stream);
 }
 
 }  // namespace ropenorm
