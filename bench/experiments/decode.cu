@@ -195,14 +195,9 @@ int main() {
       cuda::QkNormRopeArgs qa{};
       core::QkNormRopeFacts facts;
       cuda::fill_qk_norm_rope_args(c2, g, &qa, &facts);
-      core::RopeLeanFacts lf;
-      lf.tokens = g.tokens;
-      lf.seq = g.seq;
-      lf.heads = facts.heads;
-      lf.half = g.rotary_dim / 2;
+      const core::RopeLeanFacts& lf = facts.rope;
       const core::RopePlan lean_plan = core::plan_rope_lean(lf);
-      const core::RopePlan general_plan =
-          core::plan_rope(g.tokens, facts.heads, g.rotary_dim / 2, facts.access_width);
+      const core::RopePlan general_plan = core::plan_rope(lf.tokens, lf.heads, lf.half, lf.vec);
       auto forced = [&](bool lean) {
         return [&, lean](cudaStream_t st) {
           if (norm) {

@@ -9,55 +9,46 @@ static_assert(kQkVecChannels == kRopeLeanVec, "the lean launch moves the pair ke
 
 QkNormRopePlan plan_qk_norm_rope(const QkNormRopeFacts& f) {
   QkNormRopePlan p;
-  const bool vec16 = f.elem_size == 2 && f.access_width == kQkVecChannels;
-  const int64_t half = f.rotary_dim / 2;
-  if (vec16 && f.rotary_dim == f.head_dim && half % kQkVecChannels == 0 &&
-      power_of_two_upto_32(half / kQkVecChannels) && f.weights_aligned16) {
-    RopeLeanFacts lf;
-    lf.elem_size = f.elem_size;
-    lf.vec = f.access_width;
-    lf.cos_sin_loaded = f.cos_sin_loaded;
-    lf.tokens = f.tokens;
-    lf.seq = f.seq;
-    lf.heads = f.heads;
-    lf.half = half;
-    lf.head_dim = f.head_dim;
-    const bool small_block = (half / kQkVecChannels) * f.heads <= kQkLeanLongRunThreads;
-    if (f.allow_lean && rope_lean(lf, small_block ? kQkLeanMaxTokens : kRopeLeanMaxTokens)) {
+  const RopeLeanFacts& r = f.rope;
+  const bool vec16 = r.elem_size == 2 && r.vec == kQkVecChannels;
+  if (vec16 && 2 * r.half == r.head_dim && r.half % kQkVecChannels == 0 &&
+      power_of_two_upto_32(r.half / kQkVecChannels) && f.weights_aligned16) {
+    if (f.allow_lean &&
+        rope_lean(r, rope_lean_long_run_block(r) ? kQkLeanMaxTokens : kRopeLeanMaxTokens)) {
       p.kernel = QkKernel::kLean;
-      p.rope = plan_rope_lean(lf);
+      p.rope = plan_rope_lean(r);
       return p;
     }
     p.kernel = QkKernel::kPair;
-    p.rope = plan_rope(f.tokens, f.heads, half, kQkVecChannels);
+    p.rope = plan_rope(r.tokens, r.heads, r.half, kQkVecChannels);
     return p;
   }
-  const int64_t vec_lanes = f.head_dim / kQkVecChannels;
-  if (vec16 && f.head_dim % kQkVecChannels == 0 && power_of_two_upto_32(vec_lanes)) {
+  const int64_t vec_lanes = r.head_dim / kQkVecChannels;
+  if (vec16 && r.head_dim % kQkVecChannels == 0 && power_of_two_upto_32(vec_lanes)) {
     p.kernel = QkKernel::kVector;
     p.group = static_cast<int>(vec_lanes);
     const int64_t max_groups = kQkVecThreads / vec_lanes;
     const int64_t ng =
-        std::min<int64_t>(max_groups, (f.heads + kQkVecHeadsPerGroup - 1) / kQkVecHeadsPerGroup);
-    const int64_t tpb = std::max<int64_t>(1, std::min<int64_t>(max_groups / ng, f.tokens));
+        std::min<int64_t>(max_groups, (r.heads + kQkVecHeadsPerGroup - 1) / kQkVecHeadsPerGroup);
+    const int64_t tpb = std::max<int64_t>(1, std::min<int64_t>(max_groups / ng, r.tokens));
     p.groups_per_token = static_cast<int>(ng);
     p.threads = static_cast<int>(tpb * ng * vec_lanes);
-    p.grid = std::min<int64_t>((f.tokens + tpb - 1) / tpb, kQkMaxGrid);
+    p.grid = std::min<int64_t>((r.tokens + tpb - 1) / tpb, kQkMaxGrid);
     return p;
   }
   p.kernel = QkKernel::kScalar;
-  const int64_t slots = f.head_dim / 2;
+  const int64_t slots = r.head_dim / 2;
   int g = 1;
   while (g < 32 && g < slots) g <<= 1;
   p.group = g;
   const int64_t need = (slots + g - 1) / g;
   p.slots_per_lane = need <= 1 ? 1 : need <= 2 ? 2 : need <= 4 ? 4 : 8;
   const int64_t heads_per_warp = 32 / g;
-  const int64_t warps_needed = (f.heads + heads_per_warp - 1) / heads_per_warp;
+  const int64_t warps_needed = (r.heads + heads_per_warp - 1) / heads_per_warp;
   const int64_t warps =
       std::min<int64_t>(kQkScalarMaxThreads / 32, std::max<int64_t>(1, warps_needed));
   p.threads = static_cast<int>(warps * 32);
-  p.grid = std::min<int64_t>(f.tokens, kQkMaxGrid);
+  p.grid = std::min<int64_t>(r.tokens, kQkMaxGrid);
   return p;
 }
 

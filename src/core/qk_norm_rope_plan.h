@@ -23,27 +23,19 @@ constexpr int64_t kQkMaxGrid = int64_t{1} << 30;
 
 /// What the planner needs to know about a validated call.
 struct QkNormRopeFacts {
-  int elem_size = 2;               ///< bytes per q/k element
-  int access_width = 1;            ///< widest vector every q/k/out/cos-sin operand allows (rope)
+  /// The call's shape as the RoPE rules see it (cuda::rope_lean_facts): element size, the widest
+  /// vector every q/k/out/cos-sin operand allows (vec), cos/sin loaded, T, S, Hq + Hk, h = R / 2
+  /// and D.
+  RopeLeanFacts rope;
   bool weights_aligned16 = false;  ///< wq and wk both 16-byte aligned
-  int64_t tokens = 0;
-  int64_t seq = 0;              ///< S, tokens per sequence (T for a 3-D q); 0: one sequence
-  int64_t heads = 0;            ///< Hq + Hk
-  int64_t head_dim = 0;         ///< D
-  int64_t rotary_dim = 0;       ///< R
-  bool cos_sin_loaded = false;  ///< cos/sin read from a table (not computed from inv_freq)
-  bool allow_lean = true;       ///< false: never the lean kernel (tests comparing it with pair)
+  bool allow_lean = true;          ///< false: never the lean kernel (tests comparing it with pair)
 };
 
-/// Most tokens a lean QK-norm + RoPE launch of at most kQkLeanLongRunThreads threads per block
+/// Most tokens a lean QK-norm + RoPE launch whose block rope_lean_long_run_block accepts
 /// serves: every run (H200, bf16, D 128, 32 + 8 heads, bench/experiments/decode.cu at 74a932b:
 /// 470.7 us against the pair kernel's 573.3 at T = 65536, 121.4 against 147.4 at 16384, 12.64
 /// against 13.22 at 1024), within rope_lean's grid limits. Larger blocks: kRopeLeanMaxTokens.
 constexpr int64_t kQkLeanMaxTokens = INT64_MAX;
-/// Threads per lean block up to which the lean kernel serves long runs. Under its 64-register
-/// budget a multiprocessor holds 2 blocks of 512 threads (3 of 320), but 1 of 640: D 256 with 32
-/// + 8 heads ran 1479.9 us at T = 65536 (main job, 27aacad) against the pair kernel's 1192.1.
-constexpr int64_t kQkLeanLongRunThreads = 512;
 
 enum class QkKernel {
   kLean,    ///< the lean RoPE launch (one block per token, a head per thread row)
@@ -65,8 +57,8 @@ struct QkNormRopePlan {
 
 /// The first kernel that applies, in the order lean, pair, vector, scalar:
 ///  - lean (when allow_lean): what pair needs, cos/sin loaded and rope_lean's thread and grid
-///    bounds with kQkLeanMaxTokens for blocks of at most kQkLeanLongRunThreads threads, else
-///    with kRopeLeanMaxTokens (the norm's butterfly runs over the h / 8 lanes of a thread row);
+///    bounds with kQkLeanMaxTokens for blocks rope_lean_long_run_block accepts, else with
+///    kRopeLeanMaxTokens (the norm's butterfly runs over the h / 8 lanes of a thread row);
 ///    shape from plan_rope_lean;
 ///  - pair: 16-bit q/k, access width 8, R = D, h / 8 a power of two <= 32, both weights 16-byte
 ///    aligned; shape from plan_rope(T, heads, h, 8);

@@ -74,9 +74,12 @@ bool rope_lean(const RopeLeanFacts& f, int64_t max_tokens) {
   return (f.half / kRopeLeanVec) * f.heads <= kRopeLeanMaxThreads;
 }
 
+bool rope_lean_long_run_block(const RopeLeanFacts& f) {
+  return (f.half / kRopeLeanVec) * f.heads <= kRopeLeanLongRunThreads;
+}
+
 int64_t rope_lean_max_tokens(const RopeLeanFacts& f) {
-  const bool small_block = (f.half / kRopeLeanVec) * f.heads <= kRopeLeanLongRunThreads;
-  return f.cos_sin_rows && small_block ? INT64_MAX : kRopeLeanMaxTokens;
+  return f.cos_sin_rows && rope_lean_long_run_block(f) ? INT64_MAX : kRopeLeanMaxTokens;
 }
 
 RopePlan plan_rope_lean(const RopeLeanFacts& f) {

@@ -108,14 +108,20 @@ constexpr int64_t kRopeLeanMaxSeq = 2147483647;
 /// (the grid (S, B)).
 bool rope_lean(const RopeLeanFacts& f, int64_t max_tokens = kRopeLeanMaxTokens);
 
-/// Threads per lean RoPE block up to which the lean kernel serves every run length when the
-/// cos/sin rows are indexed by position (its LeanRows instantiation; decode.cu at 512a762,
-/// H200, bf16 D 128, 32 + 8 heads: 349.8 us against the general kernel's 390.8 at T = 65536,
-/// 89.3 against 101.4 at 16384).
+/// Threads per lean block up to which the lean RoPE and QK-norm + RoPE kernels serve long runs.
+/// Under the 64-register budget of their general launch bound a multiprocessor holds 2 blocks of
+/// 512 threads (3 of 320), but 1 of 640: QK-norm + RoPE at D 256 with 32 + 8 heads ran 1479.9 us
+/// at T = 65536 (main job, 27aacad) against the pair kernel's 1192.1. RoPE's LeanRows instance
+/// (decode.cu at 512a762, H200, bf16 D 128, 32 + 8 heads): 349.8 us against the general
+/// kernel's 390.8 at T = 65536, 89.3 against 101.4 at 16384.
 constexpr int64_t kRopeLeanLongRunThreads = 512;
 
-/// The token bound rope_lean takes for the call: unbounded (INT64_MAX) for cos/sin rows indexed
-/// by position and blocks of at most kRopeLeanLongRunThreads threads, else kRopeLeanMaxTokens.
+/// The lean block of f, (h / kRopeLeanVec) * (Hq + Hk) threads, has at most
+/// kRopeLeanLongRunThreads.
+bool rope_lean_long_run_block(const RopeLeanFacts& f);
+
+/// The token bound rope_lean takes for a RoPE call: unbounded (INT64_MAX) for cos/sin rows
+/// indexed by position and a block rope_lean_long_run_block accepts, else kRopeLeanMaxTokens.
 int64_t rope_lean_max_tokens(const RopeLeanFacts& f);
 
 /// The lean launch of a call rope_lean accepts, B = T / S sequences of S tokens: grid (S, B),

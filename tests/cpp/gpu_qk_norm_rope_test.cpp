@@ -206,7 +206,7 @@ TEST(GpuQkNormRope, LongRuns) {
 }
 
 // The lean kernel (what the planner picks for these calls, but for D = 256: 16 lanes x 40 heads
-// is past kQkLeanLongRunThreads, so 73 tokens take the pair kernel and the token alone the lean
+// is past kRopeLeanLongRunThreads, so 73 tokens take the pair kernel and the token alone the lean
 // one) gives the pair kernel's bits (the same call with the lean kernel disallowed), token by
 // token, in both styles, both directions, f16 and bf16 data, f32 / bf16 / f16 tables and bf16 /
 // f16 / f32 weights with an offset, int64 / int32 / implicit positions (weights in the data's

@@ -11,15 +11,15 @@ namespace {
 QkNormRopeFacts facts(int64_t tokens, int64_t heads, int64_t d, int64_t r, int width = 8,
                       int elem = 2, bool w16 = true, bool loaded = false) {
   QkNormRopeFacts f;
-  f.cos_sin_loaded = loaded;
-  f.elem_size = elem;
-  f.access_width = width;
+  f.rope.cos_sin_loaded = loaded;
+  f.rope.elem_size = elem;
+  f.rope.vec = width;
   f.weights_aligned16 = w16;
-  f.tokens = tokens;
-  f.seq = tokens;
-  f.heads = heads;
-  f.head_dim = d;
-  f.rotary_dim = r;
+  f.rope.tokens = tokens;
+  f.rope.seq = tokens;
+  f.rope.heads = heads;
+  f.rope.head_dim = d;
+  f.rope.half = r / 2;
   return f;
 }
 
@@ -50,7 +50,7 @@ TEST(CpuQkNormRopePlan, LeanKernelForShortRunsWithLoadedCosSin) {
   EXPECT_EQ(p.rope.by, 40);
   EXPECT_EQ(p.rope.bz, 1);
   EXPECT_EQ(p.rope.grid, 1);
-  // Every run length for blocks of up to kQkLeanLongRunThreads threads (8 lanes x 40 heads,
+  // Every run length for blocks of up to kRopeLeanLongRunThreads threads (8 lanes x 40 heads,
   // 16 x 32); larger blocks (16 x 40) up to the RoPE bound.
   EXPECT_EQ(plan_qk_norm_rope(facts(kRopeLeanMaxTokens, 40, 256, 256, 8, 2, true, true)).kernel,
             QkKernel::kLean);
@@ -72,23 +72,23 @@ TEST(CpuQkNormRopePlan, LeanKernelForShortRunsWithLoadedCosSin) {
   EXPECT_FALSE(p.rope.lean);
   // The grid is (S, B); seq 0 stands for one sequence.
   f = facts(kRopeLeanMaxTokens, 40, 128, 128, 8, 2, true, true);
-  f.seq = kRopeLeanMaxTokens / 4;
+  f.rope.seq = kRopeLeanMaxTokens / 4;
   p = plan_qk_norm_rope(f);
   EXPECT_EQ(p.kernel, QkKernel::kLean);
   EXPECT_EQ(p.rope.grid, kRopeLeanMaxTokens / 4);
   EXPECT_EQ(p.rope.head_groups, 4);
-  f.seq = 0;
+  f.rope.seq = 0;
   p = plan_qk_norm_rope(f);
   EXPECT_EQ(p.rope.grid, kRopeLeanMaxTokens);
   EXPECT_EQ(p.rope.head_groups, 1);
   // B = T / S within gridDim.y's limit: 65535 sequences of one token are lean, 65536 are not.
   f = facts(kRopeMaxHeadGroups, 40, 128, 128, 8, 2, true, true);
-  f.seq = 1;
+  f.rope.seq = 1;
   p = plan_qk_norm_rope(f);
   EXPECT_EQ(p.kernel, QkKernel::kLean);
   EXPECT_EQ(p.rope.head_groups, kRopeMaxHeadGroups);
   f = facts(kRopeMaxHeadGroups + 1, 40, 128, 128, 8, 2, true, true);
-  f.seq = 1;
+  f.rope.seq = 1;
   EXPECT_EQ(plan_qk_norm_rope(f).kernel, QkKernel::kPair);
   // Where the pair kernel does not apply, neither does the lean one.
   EXPECT_EQ(plan_qk_norm_rope(facts(1, 40, 128, 64, 8, 2, true, true)).kernel, QkKernel::kVector);

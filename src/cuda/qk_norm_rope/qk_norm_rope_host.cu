@@ -25,15 +25,8 @@ void fill_qk_norm_rope_args(const core::QkNormRopeCall& c, const core::RopeGeome
   qa->k_rstd = c.k_rstd.defined() ? static_cast<float*>(c.k_rstd.data) : nullptr;
   qa->slots = static_cast<int>(g.head_dim / 2);
 
-  facts->elem_size = static_cast<int>(dtype_size(c.rope.q.dtype));
-  facts->access_width = rope_access_width(c.rope, g, a);
+  facts->rope = rope_lean_facts(c.rope, g, rope_access_width(c.rope, g, a));
   facts->weights_aligned16 = qk_weights_aligned16(c);
-  facts->tokens = g.tokens;
-  facts->seq = g.seq;
-  facts->heads = g.hq + g.hk;
-  facts->head_dim = g.head_dim;
-  facts->rotary_dim = g.rotary_dim;
-  facts->cos_sin_loaded = a.source != RopeSource::kInvFreq;
 }
 
 }  // namespace ropenorm::cuda

@@ -58,6 +58,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "core/qk_norm_rope_plan.h"
 #include "core/rope_plan.h"
@@ -338,15 +339,21 @@ __global__ void __launch_bounds__(kQkVecThreads, kMinBlocks)
 }
 
 /// The weights w of head hh's channels oa .. oa + V - 1 (w0) and ob .. (w1), from wq for q
-/// heads, wk for k heads.
-template <int V>
+/// heads, wk for k heads: of dtype W when W is given (the caller checked both weights' dtype),
+/// else of the dtype the arguments name.
+template <int V, typename W = void>
 __device__ __forceinline__ void qk_head_weights(const QkNormRopeArgs& args, int hh, int oa, int ob,
                                                 float (&w0)[V], float (&w1)[V]) {
   const bool is_q = hh < args.rope.hq;
   const void* w = is_q ? args.wq : args.wk;
-  const DType wdt = is_q ? args.wq_dtype : args.wk_dtype;
-  load_pack_dyn<V>(w, wdt, oa, w0);
-  load_pack_dyn<V>(w, wdt, ob, w1);
+  if constexpr (std::is_void_v<W>) {
+    const DType wdt = is_q ? args.wq_dtype : args.wk_dtype;
+    load_pack_dyn<V>(w, wdt, oa, w0);
+    load_pack_dyn<V>(w, wdt, ob, w1);
+  } else {
+    load_pack<W, V>(static_cast<const W*>(w) + oa, w0);
+    load_pack<W, V>(static_cast<const W*>(w) + ob, w1);
+  }
 }
 
 /// One thread's part of head hh of token t in the pair and lean kernels: rms over the head's D

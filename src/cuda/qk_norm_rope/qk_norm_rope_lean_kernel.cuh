@@ -1,5 +1,5 @@
 // Lean fused QK-norm + RoPE kernel (decode steps, and every run length for blocks of up to
-// core::kQkLeanLongRunThreads threads): the lean RoPE launch (core::plan_rope_lean,
+// core::kRopeLeanLongRunThreads threads): the lean RoPE launch (core::plan_rope_lean,
 // cuda/rope/rope_lean_kernels.cuh) plus the norm of the pair kernel, in the instances
 // core::qk_lean_instance picks (LeanAny, LeanLanesWeights, LeanDecode; every one the same bits).
 //
@@ -18,6 +18,8 @@
 // follows every load), so in place is safe. The kernel waits for the previous kernel on the
 // stream (programmatic dependent launch) before its first global memory access.
 #pragma once
+
+#include <type_traits>
 
 #include "core/qk_norm_rope_plan.h"
 #include "core/rope_plan.h"
@@ -50,13 +52,8 @@ __global__ void __launch_bounds__(Spec::kMaxThreads)
   RopeLeanItem<T> it;
   rope_lean_load<T, C, kGptj, Spec>(args.rope, it);
   float w0[V], w1[V];
-  if constexpr (Spec::kWeightsAsData) {
-    const T* w = static_cast<const T*>(it.hh < args.rope.hq ? args.wq : args.wk);
-    load_pack<T, V>(w + it.oa, w0);
-    load_pack<T, V>(w + it.ob, w1);
-  } else {
-    qk_head_weights<V>(args, it.hh, it.oa, it.ob, w0, w1);
-  }
+  qk_head_weights<V, std::conditional_t<Spec::kWeightsAsData, T, void>>(args, it.hh, it.oa, it.ob,
+                                                                        w0, w1);
   qk_pair_head<T, V, kGptj, 2 * Spec::kLanes * V>(
       args, [&] { return it.y; }, it.t, it.hh, it.oa, it.ob, it.regs, it.c, it.sn, mask, g,
       [&](float(&f0)[V], float(&f1)[V]) {

@@ -35,7 +35,7 @@ Status launch_qk_norm_rope_typed(const QkNormRopeArgs& a, const core::QkNormRope
       f.lanes = plan.rope.bx;
       f.threads = int64_t{plan.rope.bx} * plan.rope.by;
       f.weights_as_data = a.wq_dtype == DTypeOf<T>::value && a.wk_dtype == DTypeOf<T>::value;
-      f.cos_sin_rows = a.rope.source != RopeSource::kGathered;
+      f.cos_sin_rows = rope_rows_by_position(a.rope);
       f.explicit_position_bits = a.rope.pos == nullptr ? 0 : a.rope.pos_i64 ? 64 : 32;
       const core::QkLeanInstance inst = core::qk_lean_instance(f);
       ROPENORM_TRY(launch_rope_lean(

@@ -52,4 +52,10 @@ struct RopeKernelArgs {
   float scaling;          // kInvFreq: multiplies c and s
 };
 
+/// The cos/sin rows are indexed by position (kCache or kTable: the lean kernels' LeanRows and
+/// decode instances apply).
+inline bool rope_rows_by_position(const RopeKernelArgs& a) {
+  return a.source == RopeSource::kCache || a.source == RopeSource::kTable;
+}
+
 }  // namespace ropenorm::cuda

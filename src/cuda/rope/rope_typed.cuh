@@ -55,8 +55,8 @@ Status launch_rope_typed(const RopeKernelArgs& a, const core::RopePlan& plan, cu
           "rope", a.cs_dtype, a.gptj, plan, stream, a, &err, [&](auto c, auto gptj) {
             using C = typename decltype(c)::type;
             constexpr bool G = decltype(gptj)::value;
-            return a.source != RopeSource::kGathered ? rope_lean_kernel<T, C, G, LeanRows>
-                                                     : rope_lean_kernel<T, C, G, LeanAny>;
+            return rope_rows_by_position(a) ? rope_lean_kernel<T, C, G, LeanRows>
+                                            : rope_lean_kernel<T, C, G, LeanAny>;
           }));
     } else {
       return Status(StatusCode::kUnsupported, "rope: no lean kernel for 32-bit q/k");
