@@ -15,6 +15,7 @@
 // Its form without row strides (26 / 31 registers at 1 / 2 vectors per thread, against 38 / 64
 // for the direct kernel) was faster at every row count at those splits
 // (bench/results/rms-launch-shapes-lean-21a42b5-nvidia-h200.log), which is why the library has it.
+// `ring` as the argument runs ring_mode instead (below).
 // Not part of the build:
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90,code=sm_90 -Iinclude -Isrc \
 //        bench/experiments/rms_norm_launch_shapes.cu build/libropenorm.a -o rms_norm_launch_shapes
@@ -23,6 +24,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "core/rms_norm_plan.h"
@@ -96,7 +98,62 @@ int regs_of(const void* k) {
   CK(cudaFuncGetAttributes(&fa, k));
   return fa.numRegs;
 }
-int main() {
+// Ring mode (`rms_norm_launch_shapes ring`): the fused add on aligned rows at many rows per SM,
+// the plan's block ring (core::plan_rms_norm with ring_rows) at 4 and 2 stages against the
+// direct kernel's plan for the same rows, each output against the direct kernel's bit for bit.
+void ring_mode(const RmsNormKernelArgs& base, bf16* y, double copy) {
+  for (int64_t N : {2048L, 4096L, 5120L, 7168L, 8192L})
+    for (int64_t M : {1024L, 2048L, 4096L, 8192L, 32768L}) {
+      RmsNormKernelArgs a = make_args(static_cast<bf16*>(const_cast<void*>(base.x)),
+                                      static_cast<bf16*>(const_cast<void*>(base.weight)), y,
+                                      static_cast<bf16*>(const_cast<void*>(base.residual)),
+                                      static_cast<bf16*>(base.residual_out), M, N);
+      const int sms = device_sm_count();
+      const core::RmsNormPlan direct = core::plan_rms_norm(N, 8, 2, 2, true, M, sms);
+      const core::RmsNormPlan ring = core::plan_rms_norm(N, 8, 2, 2, true, M, sms, false, true);
+      std::vector<core::RmsNormPlan> plans = {direct};
+      if (ring.path == core::RmsNormPath::kBlockRing) {
+        for (int stages : {4, 2}) {
+          core::RmsNormPlan p = ring;
+          const int64_t rb = core::ring_bytes(8, p.vpt, p.stages, p.threads, 2, 2);
+          const int64_t rest = p.smem_bytes - rb;
+          p.stages = stages;
+          p.smem_bytes = rest + core::ring_bytes(8, p.vpt, stages, p.threads, 2, 2);
+          plans.push_back(p);
+        }
+      }
+      std::vector<uint16_t> ref(M * N), out(M * N);
+      const double bytes = 4.0 * M * N * 2;
+      for (size_t i = 0; i < plans.size(); ++i) {
+        const core::RmsNormPlan p = plans[i];
+        a.weight_in_smem = p.weight_in_smem;
+        auto run = [&](cudaStream_t stream) {
+          const Status st = launch_rms_norm_typed<bf16, bf16>(a, p, stream);
+          if (!st.ok()) {
+            printf("%s\n", st.message().c_str());
+            exit(1);
+          }
+        };
+        CK(cudaMemset(y, 0xff, M * N * 2));
+        const float us = time_med([&] { run(0); }, true, 21);
+        CK(cudaMemcpy(out.data(), y, M * N * 2, cudaMemcpyDeviceToHost));
+        size_t ndiff = 0;
+        if (i == 0) {
+          ref = out;
+        } else {
+          for (size_t k = 0; k < out.size(); ++k) ndiff += out[k] != ref[k];
+        }
+        printf(
+            "add_rms N=%5ld M=%6ld %-12s threads=%3d vpt=%d stages=%d w_smem=%d smem=%6ld "
+            "%8.2f us %6.0f GB/s %5.1f%% copy  vs-direct: %zu differ\n",
+            (long)N, (long)M, core::rms_norm_path_name(p.path), p.threads, p.vpt, p.stages,
+            p.weight_in_smem ? 1 : 0, (long)p.smem_bytes, us, bytes / us / 1e3,
+            100 * bytes / us / 1e3 / copy, ndiff);
+      }
+    }
+}
+int main(int argc, char** argv) {
+  const bool ring = argc > 1 && std::string(argv[1]) == "ring";
   const int64_t MM = 32768, NN = 8192;
   bf16 *x, *r, *y, *ro, *w;
   CK(cudaMalloc(&x, MM * NN * 2));
@@ -125,6 +182,11 @@ int main() {
   }
   const double copy = copy_bandwidth_gbps(size_t{1} << 30);
   printf("copy %.0f GB/s\n", copy);
+  if (ring) {
+    ring_mode(make_args(x, w, y, r, ro, MM, NN), y, copy);
+    printf("done\n");
+    return 0;
+  }
   struct V {
     int threads, vpt;
   };

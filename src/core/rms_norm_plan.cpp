@@ -13,6 +13,8 @@ const char* rms_norm_path_name(RmsNormPath path) {
       return "block_per_row";
     case RmsNormPath::kTwoPass:
       return "two_pass";
+    case RmsNormPath::kBlockRing:
+      return "block_ring";
   }
   return "unknown-path";
 }
@@ -58,7 +60,53 @@ bool rows_aligned(const AccessFacts& t, int v) {
   return true;
 }
 
+int round_up(int64_t a, int64_t b) { return static_cast<int>((a + b - 1) / b * b); }
+
+// Ring depth and weight staging of a ring plan (p.vpt, p.threads set) for `slices` rows in
+// flight per block within the shared-memory budget, deepest ring first, the weight staged when
+// it fits. False when no depth fits.
+bool fit_ring(RmsNormPlan& p, int64_t slices, int64_t n, int x_elem, int r_elem, bool has_weight) {
+  const int64_t weight_bytes = ((n + 3) / 4 * 4) * 4;
+  const int64_t scratch = 32 * 4;
+  for (int stages : {4, 2}) {
+    for (bool w_smem : {true, false}) {
+      if (w_smem && !has_weight) continue;
+      const int64_t bytes = scratch + (w_smem ? weight_bytes : 0) +
+                            slices * ring_bytes(p.vec, p.vpt, stages, p.threads, x_elem, r_elem);
+      if (bytes <= kSmemBudget) {
+        p.stages = stages;
+        p.weight_in_smem = w_smem;
+        p.smem_bytes = bytes;
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
+// Block ring plan for nvec vectors of a fused row: vectors per thread doubled (up to max_vpt)
+// until kRingThreads threads hold the row. False when the row needs more than kRowsMaxThreads
+// threads or kRingMaxVectors vectors, or no ring fits.
+bool plan_block_ring(int64_t n, int64_t nvec, int vec, int max_vpt, int x_elem, int r_elem,
+                     bool has_weight, RmsNormPlan& p) {
+  int vpt = 1;
+  while (vpt < max_vpt && nvec > int64_t{kRingThreads} * vpt) vpt *= 2;
+  const int threads = round_up((nvec + vpt - 1) / vpt, 32);
+  if (threads > kRowsMaxThreads || int64_t{threads} * vpt > kRingMaxVectors) return false;
+  p.path = RmsNormPath::kBlockRing;
+  p.vec = vec;
+  p.vpt = vpt;
+  p.threads = threads;
+  p.rows_per_block = 1;
+  p.lean = false;
+  return fit_ring(p, 1, n, x_elem, r_elem, has_weight);
+}
+
 }  // namespace
+
+bool rms_norm_aligned_rows(const AccessFacts& x, int64_t n, int vec) {
+  return vec > kScalarWidth && n % vec == 0 && rows_aligned(x, vec);
+}
 
 bool rms_norm_lean_rows(const LeanRowFacts& f, int vec) {
   if (vec <= kScalarWidth || f.n % vec != 0) return false;
@@ -76,10 +124,8 @@ int rms_norm_vector_width(const AccessFacts& x, std::initializer_list<AccessFact
   return v;
 }
 
-static int round_up(int64_t a, int64_t b) { return static_cast<int>((a + b - 1) / b * b); }
-
 RmsNormPlan plan_rms_norm(int64_t n, int vec, int x_elem, int r_elem, bool has_weight, int64_t rows,
-                          int sm_count, bool lean_rows) {
+                          int sm_count, bool lean_rows, bool ring_rows) {
   RmsNormPlan p;
   p.vec = vec;
   const int64_t nvec = (n + vec - 1) / vec;
@@ -122,6 +168,10 @@ RmsNormPlan plan_rms_norm(int64_t n, int vec, int x_elem, int r_elem, bool has_w
     const int64_t sms = sm_count > 0 ? sm_count : 1;
     const int64_t few_rows = (lean_rows && wide == 1 ? kLeanFewRowsPerSm : kFewRowsPerSm) * sms;
     const int64_t mid_rows = (lean_rows ? kLeanMidRowsPerSm : kMidRowsPerSm) * sms;
+    if (ring_rows && vec > kScalarWidth && r_elem > 0 && rows > mid_rows) {
+      RmsNormPlan ring;
+      if (plan_block_ring(n, nvec, vec, max_vpt, x_elem, r_elem, has_weight, ring)) return ring;
+    }
     const int vpt = rows <= few_rows ? wide : (rows <= mid_rows ? mid : many);
     // The direct kernel: registers only, no shared-memory ring, weight read from global memory.
     p.path = RmsNormPath::kBlockPerRow;
@@ -134,22 +184,7 @@ RmsNormPlan plan_rms_norm(int64_t n, int vec, int x_elem, int r_elem, bool has_w
     return p;
   }
   // Warp path: ring depth and weight staging within the shared-memory budget, deepest first.
-  const int64_t slices = p.rows_per_block;
-  const int64_t weight_bytes = ((n + 3) / 4 * 4) * 4;
-  const int64_t scratch = 32 * 4;
-  for (int stages : {4, 2}) {
-    for (bool w_smem : {true, false}) {
-      if (w_smem && !has_weight) continue;
-      const int64_t bytes = scratch + (w_smem ? weight_bytes : 0) +
-                            slices * ring_bytes(vec, p.vpt, stages, p.threads, x_elem, r_elem);
-      if (bytes <= kSmemBudget) {
-        p.stages = stages;
-        p.weight_in_smem = w_smem;
-        p.smem_bytes = bytes;
-        return p;
-      }
-    }
-  }
+  if (fit_ring(p, p.rows_per_block, n, x_elem, r_elem, has_weight)) return p;
   p.path = RmsNormPath::kTwoPass;
   p.vpt = 1;
   p.threads = kTwoPassThreads;

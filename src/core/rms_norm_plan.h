@@ -18,6 +18,7 @@ enum class RmsNormPath : int {
   kWarpPerRow = 0,   ///< one warp per row, several rows per block, shuffle-only reduction
   kBlockPerRow = 1,  ///< one block per row, loaded straight into registers, block reduction
   kTwoPass = 2,      ///< rows too wide for registers: sum pass, then re-read and scale
+  kBlockRing = 3,    ///< one block per row, rows streamed through a shared-memory ring (fused add)
 };
 
 const char* rms_norm_path_name(RmsNormPath path);
@@ -64,14 +65,19 @@ struct LeanRowFacts {
 /// count.
 bool rms_norm_lean_rows(const LeanRowFacts& f, int vec);
 
+/// Whether the rows have no edge elements: vec > 1 divides n and every row of x starts on a
+/// 16-byte boundary (so do the other tensors' rows, at x's element phase by
+/// rms_norm_vector_width). Depends on the layout, never on the row count.
+bool rms_norm_aligned_rows(const AccessFacts& x, int64_t n, int vec);
+
 struct RmsNormPlan {
   RmsNormPath path = RmsNormPath::kBlockPerRow;
   int vec = 1;                  ///< elements per vector access
   int vpt = 1;                  ///< vectors per thread (register-resident paths)
   int threads = 32;             ///< threads per row (32 for kWarpPerRow)
   int rows_per_block = 1;       ///< kWarpPerRow: warps (rows in flight) per block
-  int stages = 4;               ///< shared-memory ring depth (warp path; 0 otherwise)
-  bool weight_in_smem = false;  ///< (w + o) staged in shared memory as fp32 (warp path)
+  int stages = 4;               ///< shared-memory ring depth (ring paths; 0 otherwise)
+  bool weight_in_smem = false;  ///< (w + o) staged in shared memory as fp32 (ring paths)
   int64_t smem_bytes = 0;       ///< dynamic shared memory per block
   bool lean = false;            ///< kBlockPerRow: the lean direct kernel (rms_norm_lean_rows)
 };
@@ -108,6 +114,11 @@ constexpr int kMidThreads = 256;
 constexpr int64_t kLeanFewRowsPerSm = 4;
 constexpr int64_t kLeanMidRowsPerSm = 32;
 constexpr int kLeanMaxVpt = 2;
+/// Threads per row the block ring aims for (vectors per thread grow until the row fits them).
+constexpr int kRingThreads = 256;
+/// Most vectors (threads x vectors per thread) a block-ring row may span: its reduction scratch
+/// holds 32 partials of 32 chunks each (chunk_sum).
+constexpr int kRingMaxVectors = 32 * 32;
 /// Row count that selects the many-rows split on any device (the planner's default).
 constexpr int64_t kManyRows = int64_t{1} << 62;
 /// Threads per row on the two-pass path.
@@ -131,9 +142,15 @@ __host__ __device__
 /// dtypes only; on the block path the split depends on rows / sm_count too (kFewRowsPerSm,
 /// kMidRowsPerSm), which leaves the results unchanged (split-invariant reduction). lean_rows
 /// (rms_norm_lean_rows) lets the block path take the lean direct kernel (kLeanFewRowsPerSm,
-/// kLeanMidRowsPerSm, kLeanMaxVpt), again with the same results.
+/// kLeanMidRowsPerSm, kLeanMaxVpt), again with the same results. ring_rows
+/// (rms_norm_aligned_rows) lets the fused add's many-rows plan (more than kMidRowsPerSm rows per
+/// multiprocessor) take the block ring: about kRingThreads threads, at most kRingMaxVectors
+/// vectors, the deepest ring and weight staging that fit kSmemBudget; the same row routine and
+/// reduction as the direct kernel, so again the same results (H200, bf16, M = 32768: the ring
+/// ran the fused add at N = 4096 / 5120 / 8192 in 293 / 351 / 570 us, the direct kernel in
+/// 309 / 375 / 653; docs/performance.md).
 RmsNormPlan plan_rms_norm(int64_t n, int vec, int x_elem = 2, int r_elem = 0,
                           bool has_weight = true, int64_t rows = kManyRows, int sm_count = 1,
-                          bool lean_rows = false);
+                          bool lean_rows = false, bool ring_rows = false);
 
 }  // namespace ropenorm::core

@@ -296,7 +296,9 @@ TEST(GpuRmsNorm, BatchInvariance) {
 // misaligned rows), mixed element sizes at one element phase (vectorised) and the scalar path (y
 // at another element phase than x), the fused add.
 // Rows of more than 32 virtual warps (16384 at 8 elements per vector, 2050 scalars) have one
-// split at every row count; they check chunk_sum's two-level order against the oracle.
+// split at every row count; they check chunk_sum's two-level order against the oracle. Aligned
+// fused rows planned for more than kMidRowsPerSm rows per SM take the block ring kernel, which
+// must give the direct kernel's bits.
 TEST(GpuRmsNorm, SplitInvariance) {
   ROPENORM_REQUIRE_GPU();
   const int64_t sms = cuda::device_sm_count();
@@ -314,6 +316,9 @@ TEST(GpuRmsNorm, SplitInvariance) {
     float weight_offset = 0.0f;  ///< with exact rounding (hf_llama variants take 1)
     int64_t pitch_pad = 0;
     int64_t y_pitch_pad = -1;  ///< -1: pitch_pad
+    bool f32_residual = false;
+    bool in_place = false;
+    int64_t m = 19;
   };
   const Variant variants[] = {
       {4096, DType::kBFloat16, DType::kBFloat16, false, false, 0},
@@ -329,13 +334,24 @@ TEST(GpuRmsNorm, SplitInvariance) {
       {2050, DType::kBFloat16, DType::kFloat32, false, false, 1, 2},
       {4096, DType::kBFloat16, DType::kBFloat16, true, false, 0},
       {4095, DType::kFloat16, DType::kFloat16, true, true, 0},
+      // Aligned fused rows: the block ring from kMidRowsPerSm rows per SM on, with several rows
+      // per block (600 rows), in place, a 32-bit residual, a padded pitch, f32 rows.
+      {8192, DType::kBFloat16, DType::kBFloat16, true, false, 0, -1, 0.0f, 0, -1, false, false,
+       600},
+      {8192, DType::kBFloat16, DType::kBFloat16, true, false, 0, -1, 0.0f, 0, -1, false, true},
+      {8192, DType::kBFloat16, DType::kBFloat16, true, false, 0, -1, 0.0f, 0, -1, true, false},
+      {5120, DType::kFloat16, DType::kFloat16, true, true, 8, -1, 0.0f, 8},
+      {4096, DType::kFloat32, DType::kFloat32, true, false, 0, -1, 1.0f, 0, -1, false, false, 300},
+      {1032, DType::kBFloat16, DType::kBFloat16, true, false, 0},
   };
   uint64_t seed = 500;
   for (const Variant& v : variants) {
     RmsNormCase c;
-    c.m = 19;
+    c.m = v.m;
     c.n = v.n;
     c.x_dtype = c.w_dtype = c.res_dtype = v.x;
+    if (v.f32_residual) c.res_dtype = DType::kFloat32;
+    c.in_place = v.in_place;
     c.y_dtype = v.y;
     c.fused = v.fused;
     c.storage_offset = v.offset;

@@ -209,17 +209,81 @@ TEST(CpuRmsNormPlan, LeanSplitFollowsRowsPerSm) {
   }
 }
 
+// Aligned fused rows with more than 8 rows per SM take the block ring: about 256 threads, the
+// deepest ring and the weight in shared memory where they fit 200 KiB; fewer rows, the plain op,
+// rows with edge elements and rows too wide for its scratch keep the direct kernel's plans.
+TEST(CpuRmsNormPlan, FusedRingRows) {
+  constexpr int kSms = 132;
+  const auto ring = [&](int64_t n, int vec, int x_elem, int r_elem, int64_t rows) {
+    return plan_rms_norm(n, vec, x_elem, r_elem, true, rows, kSms, false, true);
+  };
+  struct Want {
+    int64_t n;
+    int vec, x_elem, r_elem;
+    int threads, vpt, stages;
+    bool w_smem;
+  };
+  for (const Want& w : {Want{8192, 8, 2, 2, 256, 4, 4, true}, Want{4096, 8, 2, 2, 256, 2, 4, true},
+                        Want{5120, 8, 2, 2, 160, 4, 4, true}, Want{2048, 8, 2, 2, 256, 1, 4, true},
+                        Want{8192, 8, 2, 4, 256, 4, 4, false}, Want{4096, 4, 4, 4, 256, 4, 4, true},
+                        Want{1032, 8, 2, 2, 160, 1, 4, true}}) {
+    const auto p = ring(w.n, w.vec, w.x_elem, w.r_elem, 1057);
+    EXPECT_EQ(p.path, RmsNormPath::kBlockRing) << w.n;
+    EXPECT_EQ(p.threads, w.threads) << w.n;
+    EXPECT_EQ(p.vpt, w.vpt) << w.n;
+    EXPECT_EQ(p.stages, w.stages) << w.n;
+    EXPECT_EQ(p.weight_in_smem, w.w_smem) << w.n;
+    EXPECT_EQ(p.rows_per_block, 1) << w.n;
+    EXPECT_FALSE(p.lean) << w.n;
+    EXPECT_LE(p.smem_bytes, kSmemBudget) << w.n;
+    EXPECT_EQ(p.smem_bytes, 32 * 4 + (w.w_smem ? w.n * 4 : 0) +
+                                ring_bytes(w.vec, w.vpt, w.stages, w.threads, w.x_elem, w.r_elem))
+        << w.n;
+    EXPECT_LE(int64_t{p.threads} * p.vpt, kRingMaxVectors) << w.n;
+    // Up to 8 rows per SM, the direct kernel's split.
+    const auto few = ring(w.n, w.vec, w.x_elem, w.r_elem, 1056);
+    const auto direct = plan_rms_norm(w.n, w.vec, w.x_elem, w.r_elem, true, 1056, kSms);
+    EXPECT_EQ(few.path, RmsNormPath::kBlockPerRow) << w.n;
+    EXPECT_EQ(few.threads, direct.threads) << w.n;
+    EXPECT_EQ(few.vpt, direct.vpt) << w.n;
+  }
+  EXPECT_EQ(ring(8192, 8, 2, 0, 5000).path, RmsNormPath::kBlockPerRow);   // plain op
+  EXPECT_EQ(ring(16384, 8, 2, 2, 5000).path, RmsNormPath::kBlockPerRow);  // 2048 vectors
+  EXPECT_EQ(ring(1024, 8, 2, 2, 5000).path, RmsNormPath::kWarpPerRow);
+  EXPECT_EQ(plan_rms_norm(8192, 8, 2, 2, true, 5000, kSms).path, RmsNormPath::kBlockPerRow);
+  // Rows without a weight stage none.
+  EXPECT_FALSE(plan_rms_norm(8192, 8, 2, 2, false, 5000, kSms, false, true).weight_in_smem);
+}
+
+// Which rows have no edge elements (the block ring's rows).
+TEST(CpuRmsNormPlan, AlignedRows) {
+  EXPECT_TRUE(rms_norm_aligned_rows({g_buf, 2, rows(4096)}, 4096, 8));
+  EXPECT_TRUE(rms_norm_aligned_rows({g_buf, 2, rows(4104)}, 4096, 8));
+  EXPECT_FALSE(rms_norm_aligned_rows({g_buf, 2, rows(4096)}, 4095, 8));
+  EXPECT_FALSE(rms_norm_aligned_rows({g_buf, 2, rows(4100)}, 4096, 8));
+  EXPECT_FALSE(rms_norm_aligned_rows({g_buf + 2, 2, rows(4096)}, 4096, 8));
+  EXPECT_FALSE(rms_norm_aligned_rows({g_buf, 2, rows(4096)}, 4096, 1));
+  EXPECT_TRUE(rms_norm_aligned_rows({g_buf, 4, rows(4100)}, 4096, 4));
+}
+
 TEST(CpuRmsNormPlan, EveryRegisterPlanCoversTheRow) {
   for (int vec : {1, 4, 8}) {
     for (int64_t n = 1; n <= 40000; n += 37) {
-      for (int64_t rows : {int64_t{1}, int64_t{1000}, kManyRows}) {
-        const auto p = plan_rms_norm(n, vec, 2, 0, true, rows, 132);
-        if (p.path == RmsNormPath::kTwoPass) continue;
-        EXPECT_LE(p.vpt * vec, kMaxRegElems) << n;
-        EXPECT_LE(p.threads, kRowsMaxThreads) << n;
-        EXPECT_EQ(p.threads % 32, 0) << n;
-        EXPECT_GE(static_cast<int64_t>(p.threads) * p.vpt * vec, n) << n;
-        EXPECT_GE(p.threads, 2 * vec - 2) << n;  // one thread per edge element
+      for (int64_t rows : {int64_t{1}, int64_t{1000}, int64_t{2000}, kManyRows}) {
+        for (int r_elem : {0, 2}) {
+          const auto p = plan_rms_norm(n, vec, 2, r_elem, true, rows, 132, false, r_elem > 0);
+          if (p.path == RmsNormPath::kTwoPass) continue;
+          EXPECT_LE(p.vpt * vec, kMaxRegElems) << n;
+          EXPECT_LE(p.threads, kRowsMaxThreads) << n;
+          EXPECT_EQ(p.threads % 32, 0) << n;
+          EXPECT_GE(static_cast<int64_t>(p.threads) * p.vpt * vec, n) << n;
+          EXPECT_GE(p.threads, 2 * vec - 2) << n;  // one thread per edge element
+          if (p.path == RmsNormPath::kBlockRing) {
+            EXPECT_LE(int64_t{p.threads} * p.vpt, kRingMaxVectors) << n;
+            EXPECT_LE(p.smem_bytes, kSmemBudget) << n;
+            EXPECT_GT(p.stages, 0) << n;
+          }
+        }
       }
     }
   }

@@ -4,8 +4,10 @@
 //  - rows kernel, kWarp: block (32, R); warp threadIdx.y owns rows blockIdx.x * R + threadIdx.y,
 //    then every gridDim.x * R-th row (a persistent grid); lane l owns vectors l, l + 32, ...
 //    (VPT of them) of each of its rows.
-//  - rows kernel, block path: block (T); the block owns rows blockIdx.x, blockIdx.x + gridDim.x,
-//    ...; thread t owns vectors t, t + T, ... (VPT of them).
+//  - rows kernel, block path (plan kBlockRing: the fused add on aligned rows, many rows per
+//    SM): block (T); the block owns rows blockIdx.x, blockIdx.x + gridDim.x, ...; thread t owns
+//    vectors t, t + T, ... (VPT of them, T x VPT <= core::kRingMaxVectors, so that chunk_sum's
+//    partials fit the 32 floats of scratch); the row's sum is the direct kernel's chunk_sum.
 //    Vectors are aligned per row: the first p elements (p = elements up to the row's first
 //    16-byte boundary) and the last (n - p) % V elements are "edge" elements, one per thread
 //    0 .. E-1, loaded and stored as scalars; vector j covers columns p + j*V ... p + j*V + V-1.

@@ -61,9 +61,9 @@ Status run_rms_norm(const core::RmsNormCall& c, int64_t plan_rows, Stream stream
   lean.exact = c.params.rounding == Rounding::kExact;
   lean.fused = c.fused;
   lean.n = a.n;
-  const core::RmsNormPlan plan =
-      core::plan_rms_norm(a.n, vec, xs, c.fused ? rs : 0, c.weight.defined(), plan_rows,
-                          device_sm_count(), core::rms_norm_lean_rows(lean, vec));
+  const core::RmsNormPlan plan = core::plan_rms_norm(
+      a.n, vec, xs, c.fused ? rs : 0, c.weight.defined(), plan_rows, device_sm_count(),
+      core::rms_norm_lean_rows(lean, vec), core::rms_norm_aligned_rows(x_f, a.n, vec));
   a.weight_in_smem = plan.weight_in_smem;
   a.weight_vec = a.weight != nullptr && reinterpret_cast<uintptr_t>(a.weight) % 16 == 0;
   auto s = reinterpret_cast<cudaStream_t>(stream);

@@ -26,7 +26,8 @@ inline Status bad_plan(const char* what, int value) {
                 std::string("rms_norm: no kernel for ") + what + " " + std::to_string(value));
 }
 
-// Persistent grid: as many blocks as stay resident, never more than there are row groups.
+// Persistent grid (ring paths): as many blocks as stay resident, never more than there are row
+// groups.
 template <typename Kernel>
 Status launch_persistent(Kernel kernel, const RmsNormKernelArgs& a, const core::RmsNormPlan& p,
                          cudaStream_t s) {
@@ -66,11 +67,6 @@ Status launch_rows_stages(const RmsNormKernelArgs& a, const core::RmsNormPlan& p
       return launch_persistent(rms_norm_rows_kernel<Tx, Tr, V, 2, S, kWarp>, a, p, s);
     case 4:
       return launch_persistent(rms_norm_rows_kernel<Tx, Tr, V, 4, S, kWarp>, a, p, s);
-    case 8:
-      if constexpr (!kWarp && V * 8 <= core::kMaxRegElems) {
-        return launch_persistent(rms_norm_rows_kernel<Tx, Tr, V, 8, S, kWarp>, a, p, s);
-      }
-      return bad_plan("vectors per thread", p.vpt);
     default:
       return bad_plan("vectors per thread", p.vpt);
   }
@@ -145,6 +141,12 @@ Status launch_path(const RmsNormKernelArgs& a, const core::RmsNormPlan& p, cudaS
       return launch_direct<Tx, Tr, V>(a, p, s);
     case core::RmsNormPath::kTwoPass:
       return launch_grid(rms_norm_two_pass_kernel<Tx, Tr, V>, a, p.threads, s);
+    case core::RmsNormPath::kBlockRing:
+      // Built for what the plan sends there: the fused add on vector rows.
+      if constexpr (!std::is_same_v<Tr, NoResidual> && V > core::kScalarWidth) {
+        return launch_rows<Tx, Tr, V, false>(a, p, s);
+      }
+      return bad_plan("block ring, vector width", V);
   }
   return bad_plan("path", static_cast<int>(p.path));
 }

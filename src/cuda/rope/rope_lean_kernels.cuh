@@ -46,7 +46,8 @@ struct RopeLeanItem {
   float c[V], sn[V];
 };
 
-/// Position of token (b, s) as Spec fixes it (rope_position when it fixes none).
+/// Position of token (b, s) as Spec fixes it (rope_position when it fixes none; 0, unused, for
+/// the gathered source, which a spec with cos/sin rows excludes).
 template <typename Spec>
 __device__ __forceinline__ int64_t rope_lean_position(const RopeKernelArgs& a, int64_t b,
                                                       int64_t s) {
@@ -55,6 +56,8 @@ __device__ __forceinline__ int64_t rope_lean_position(const RopeKernelArgs& a, i
     return static_cast<const int64_t*>(a.pos)[off];
   } else if constexpr (Spec::kPos == LeanPositions::kInt32) {
     return static_cast<int64_t>(static_cast<const int32_t*>(a.pos)[off]);
+  } else if constexpr (Spec::kRows) {
+    return rope_position(a, b, s);  // rows by position: never the gathered source
   } else {
     return a.source == RopeSource::kGathered ? 0 : rope_position(a, b, s);
   }
