@@ -33,7 +33,7 @@
 #include "cuda/common/launch.h"
 #include "cuda/common/pdl.cuh"
 #include "cuda/rms_norm/rms_norm_kernels.cuh"
-#include "cuda/rms_norm/rms_norm_typed.h"
+#include "cuda/rms_norm/rms_norm_typed.cuh"
 #include "experiment_timing.cuh"
 using namespace ropenorm;
 using namespace ropenorm::cuda;
@@ -98,59 +98,93 @@ int regs_of(const void* k) {
   CK(cudaFuncGetAttributes(&fa, k));
   return fa.numRegs;
 }
-// Ring mode (`rms_norm_launch_shapes ring`): the fused add on aligned rows at many rows per SM,
-// the plan's block ring (core::plan_rms_norm with ring_rows) at 4 and 2 stages against the
-// direct kernel's plan for the same rows, each output against the direct kernel's bit for bit.
+// Ring mode (`rms_norm_launch_shapes ring`): aligned rows at many rows per SM, plain and with
+// the fused add: the library's plan (the block ring for the fused add, the lean or direct kernel
+// for the plain op) against the block ring kernel at each threads x vectors-per-thread split
+// (2 stages, the weight staged in shared memory; plain rows have no library ring), each output
+// against the plan's bit for bit. At 6b366f2 this mode ran the fused ring at 4 and 2 stages: 2
+// stages were faster from M = 2048 on at every N from 2048 to 8192 (N = 8192 M = 32768: 562.9
+// against 596.5 us; direct 658.2; bench/results/rms-ring-6b366f2-nvidia-h200.log), hence
+// core::kBlockRingStages.
+template <typename Tr>
+Status launch_ring_split(const RmsNormKernelArgs& a, const core::RmsNormPlan& p, cudaStream_t s) {
+  switch (p.vpt) {
+    case 1:
+      return detail::launch_persistent(rms_norm_rows_kernel<bf16, Tr, 8, 1, 2, false>, a, p, s);
+    case 2:
+      return detail::launch_persistent(rms_norm_rows_kernel<bf16, Tr, 8, 2, 2, false>, a, p, s);
+    default:
+      return detail::launch_persistent(rms_norm_rows_kernel<bf16, Tr, 8, 4, 2, false>, a, p, s);
+  }
+}
 void ring_mode(const RmsNormKernelArgs& base, bf16* y, double copy) {
-  for (int64_t N : {2048L, 4096L, 5120L, 7168L, 8192L})
-    for (int64_t M : {1024L, 2048L, 4096L, 8192L, 32768L}) {
-      RmsNormKernelArgs a = make_args(static_cast<bf16*>(const_cast<void*>(base.x)),
-                                      static_cast<bf16*>(const_cast<void*>(base.weight)), y,
-                                      static_cast<bf16*>(const_cast<void*>(base.residual)),
-                                      static_cast<bf16*>(base.residual_out), M, N);
-      const int sms = device_sm_count();
-      const core::RmsNormPlan direct = core::plan_rms_norm(N, 8, 2, 2, true, M, sms);
-      const core::RmsNormPlan ring = core::plan_rms_norm(N, 8, 2, 2, true, M, sms, false, true);
-      std::vector<core::RmsNormPlan> plans = {direct};
-      if (ring.path == core::RmsNormPath::kBlockRing) {
-        for (int stages : {4, 2}) {
-          core::RmsNormPlan p = ring;
-          const int64_t rb = core::ring_bytes(8, p.vpt, p.stages, p.threads, 2, 2);
-          const int64_t rest = p.smem_bytes - rb;
-          p.stages = stages;
-          p.smem_bytes = rest + core::ring_bytes(8, p.vpt, stages, p.threads, 2, 2);
+  struct Split {
+    int threads, vpt;
+  };
+  const int sms = device_sm_count();
+  for (int fused = 1; fused >= 0; --fused)
+    for (int64_t N : {4096L, 5120L, 7168L, 8192L})
+      for (int64_t M : {2048L, 4096L, 32768L}) {
+        RmsNormKernelArgs a =
+            make_args(static_cast<bf16*>(const_cast<void*>(base.x)),
+                      static_cast<bf16*>(const_cast<void*>(base.weight)), y,
+                      fused ? static_cast<bf16*>(const_cast<void*>(base.residual)) : nullptr,
+                      static_cast<bf16*>(base.residual_out), M, N);
+        const int r_elem = fused ? 2 : 0;
+        const core::RmsNormPlan prod =
+            core::plan_rms_norm(N, 8, 2, r_elem, true, M, sms, !fused, true);
+        std::vector<core::RmsNormPlan> plans = {prod};
+        for (Split v : {Split{512, 1}, Split{256, 2}, Split{128, 4}}) {
+          const int64_t cover = int64_t{v.threads} * v.vpt * 8;
+          if (cover < N || (v.threads - 32) * v.vpt * 8 >= N) continue;
+          core::RmsNormPlan p = prod;
+          p.path = core::RmsNormPath::kBlockRing;
+          p.lean = false;
+          p.threads = v.threads;
+          p.vpt = v.vpt;
+          p.stages = 2;
+          p.rows_per_block = 1;
+          p.weight_in_smem = true;
+          p.smem_bytes = 32 * 4 + N * 4 + core::ring_bytes(8, v.vpt, 2, v.threads, 2, r_elem);
           plans.push_back(p);
         }
-      }
-      std::vector<uint16_t> ref(M * N), out(M * N);
-      const double bytes = 4.0 * M * N * 2;
-      for (size_t i = 0; i < plans.size(); ++i) {
-        const core::RmsNormPlan p = plans[i];
-        a.weight_in_smem = p.weight_in_smem;
-        auto run = [&](cudaStream_t stream) {
-          const Status st = launch_rms_norm_typed<bf16, bf16>(a, p, stream);
-          if (!st.ok()) {
-            printf("%s\n", st.message().c_str());
-            exit(1);
+        std::vector<uint16_t> ref(M * N), out(M * N);
+        const double bytes = (fused ? 4.0 : 2.0) * M * N * 2;
+        for (size_t i = 0; i < plans.size(); ++i) {
+          const core::RmsNormPlan p = plans[i];
+          a.weight_in_smem = p.weight_in_smem;
+          auto run = [&](cudaStream_t stream) {
+            Status st;
+            if (i == 0) {
+              st = fused ? launch_rms_norm_typed<bf16, bf16>(a, p, stream)
+                         : launch_rms_norm_typed<bf16, NoResidual>(a, p, stream);
+            } else {
+              st = fused ? launch_ring_split<bf16>(a, p, stream)
+                         : launch_ring_split<NoResidual>(a, p, stream);
+            }
+            if (!st.ok()) {
+              printf("%s\n", st.message().c_str());
+              exit(1);
+            }
+          };
+          CK(cudaMemset(y, 0xff, M * N * 2));
+          const float us = time_med([&] { run(0); }, true, 21);
+          CK(cudaMemcpy(out.data(), y, M * N * 2, cudaMemcpyDeviceToHost));
+          size_t ndiff = 0;
+          if (i == 0) {
+            ref = out;
+          } else {
+            for (size_t k = 0; k < out.size(); ++k) ndiff += out[k] != ref[k];
           }
-        };
-        CK(cudaMemset(y, 0xff, M * N * 2));
-        const float us = time_med([&] { run(0); }, true, 21);
-        CK(cudaMemcpy(out.data(), y, M * N * 2, cudaMemcpyDeviceToHost));
-        size_t ndiff = 0;
-        if (i == 0) {
-          ref = out;
-        } else {
-          for (size_t k = 0; k < out.size(); ++k) ndiff += out[k] != ref[k];
+          printf(
+              "%s N=%5ld M=%6ld %s %-13s%s threads=%3d vpt=%d stages=%d smem=%6ld %8.2f us "
+              "%6.0f GB/s %5.1f%% copy  vs-plan: %zu differ\n",
+              fused ? "add_rms" : "rms    ", (long)N, (long)M, i == 0 ? "(plan)" : "      ",
+              core::rms_norm_path_name(p.path), p.lean ? " lean" : "     ", p.threads, p.vpt,
+              p.stages, (long)p.smem_bytes, us, bytes / us / 1e3, 100 * bytes / us / 1e3 / copy,
+              ndiff);
         }
-        printf(
-            "add_rms N=%5ld M=%6ld %-12s threads=%3d vpt=%d stages=%d w_smem=%d smem=%6ld "
-            "%8.2f us %6.0f GB/s %5.1f%% copy  vs-direct: %zu differ\n",
-            (long)N, (long)M, core::rms_norm_path_name(p.path), p.threads, p.vpt, p.stages,
-            p.weight_in_smem ? 1 : 0, (long)p.smem_bytes, us, bytes / us / 1e3,
-            100 * bytes / us / 1e3 / copy, ndiff);
       }
-    }
 }
 int main(int argc, char** argv) {
   const bool ring = argc > 1 && std::string(argv[1]) == "ring";

@@ -63,12 +63,13 @@ bool rows_aligned(const AccessFacts& t, int v) {
 int round_up(int64_t a, int64_t b) { return static_cast<int>((a + b - 1) / b * b); }
 
 // Ring depth and weight staging of a ring plan (p.vpt, p.threads set) for `slices` rows in
-// flight per block within the shared-memory budget, deepest ring first, the weight staged when
-// it fits. False when no depth fits.
-bool fit_ring(RmsNormPlan& p, int64_t slices, int64_t n, int x_elem, int r_elem, bool has_weight) {
+// flight per block within the shared-memory budget: the first of `depths` that fits, the weight
+// staged when it fits. False when none fits.
+bool fit_ring(RmsNormPlan& p, int64_t slices, int64_t n, int x_elem, int r_elem, bool has_weight,
+              std::initializer_list<int> depths) {
   const int64_t weight_bytes = ((n + 3) / 4 * 4) * 4;
   const int64_t scratch = 32 * 4;
-  for (int stages : {4, 2}) {
+  for (int stages : depths) {
     for (bool w_smem : {true, false}) {
       if (w_smem && !has_weight) continue;
       const int64_t bytes = scratch + (w_smem ? weight_bytes : 0) +
@@ -85,8 +86,8 @@ bool fit_ring(RmsNormPlan& p, int64_t slices, int64_t n, int x_elem, int r_elem,
 }
 
 // Block ring plan for nvec vectors of a fused row: vectors per thread doubled (up to max_vpt)
-// until kRingThreads threads hold the row. False when the row needs more than kRowsMaxThreads
-// threads or kRingMaxVectors vectors, or no ring fits.
+// until kRingThreads threads hold the row, a kBlockRingStages-deep ring. False when the row
+// needs more than kRowsMaxThreads threads or kRingMaxVectors vectors, or the ring does not fit.
 bool plan_block_ring(int64_t n, int64_t nvec, int vec, int max_vpt, int x_elem, int r_elem,
                      bool has_weight, RmsNormPlan& p) {
   int vpt = 1;
@@ -99,7 +100,7 @@ bool plan_block_ring(int64_t n, int64_t nvec, int vec, int max_vpt, int x_elem, 
   p.threads = threads;
   p.rows_per_block = 1;
   p.lean = false;
-  return fit_ring(p, 1, n, x_elem, r_elem, has_weight);
+  return fit_ring(p, 1, n, x_elem, r_elem, has_weight, {kBlockRingStages});
 }
 
 }  // namespace
@@ -184,7 +185,7 @@ RmsNormPlan plan_rms_norm(int64_t n, int vec, int x_elem, int r_elem, bool has_w
     return p;
   }
   // Warp path: ring depth and weight staging within the shared-memory budget, deepest first.
-  if (fit_ring(p, p.rows_per_block, n, x_elem, r_elem, has_weight)) return p;
+  if (fit_ring(p, p.rows_per_block, n, x_elem, r_elem, has_weight, {4, 2})) return p;
   p.path = RmsNormPath::kTwoPass;
   p.vpt = 1;
   p.threads = kTwoPassThreads;

@@ -116,6 +116,10 @@ constexpr int64_t kLeanMidRowsPerSm = 32;
 constexpr int kLeanMaxVpt = 2;
 /// Threads per row the block ring aims for (vectors per thread grow until the row fits them).
 constexpr int kRingThreads = 256;
+/// Ring depth of the block ring (H200, bf16 fused add, M = 32768: 2 stages, two blocks per SM,
+/// ran N = 8192 in 562.9 us, 4 stages, one block per SM, 596.5; 2 was ahead at every N from
+/// 2048 to 8192 and M from 2048 on; docs/performance.md).
+constexpr int kBlockRingStages = 2;
 /// Most vectors (threads x vectors per thread) a block-ring row may span: its reduction scratch
 /// holds 32 partials of 32 chunks each (chunk_sum).
 constexpr int kRingMaxVectors = 32 * 32;
@@ -145,10 +149,10 @@ __host__ __device__
 /// kLeanMidRowsPerSm, kLeanMaxVpt), again with the same results. ring_rows
 /// (rms_norm_aligned_rows) lets the fused add's many-rows plan (more than kMidRowsPerSm rows per
 /// multiprocessor) take the block ring: about kRingThreads threads, at most kRingMaxVectors
-/// vectors, the deepest ring and weight staging that fit kSmemBudget; the same row routine and
-/// reduction as the direct kernel, so again the same results (H200, bf16, M = 32768: the ring
-/// ran the fused add at N = 4096 / 5120 / 8192 in 293 / 351 / 570 us, the direct kernel in
-/// 309 / 375 / 653; docs/performance.md).
+/// vectors, kBlockRingStages stages and the weight staged when it fits kSmemBudget; the same row
+/// routine and reduction as the direct kernel, so again the same results (H200, bf16,
+/// M = 32768: the ring ran the fused add at N = 4096 / 5120 / 7168 / 8192 in 292.4 / 347.9 /
+/// 489.8 / 562.9 us, the direct kernel in 312.8 / 384.9 / 552.1 / 658.2; docs/performance.md).
 RmsNormPlan plan_rms_norm(int64_t n, int vec, int x_elem = 2, int r_elem = 0,
                           bool has_weight = true, int64_t rows = kManyRows, int sm_count = 1,
                           bool lean_rows = false, bool ring_rows = false);

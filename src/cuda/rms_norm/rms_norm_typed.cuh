@@ -72,16 +72,16 @@ Status launch_rows_stages(const RmsNormKernelArgs& a, const core::RmsNormPlan& p
   }
 }
 
+// The warp ring is built at 4 and 2 stages, the block ring at core::kBlockRingStages.
 template <typename Tx, typename Tr, int V, bool kWarp>
 Status launch_rows(const RmsNormKernelArgs& a, const core::RmsNormPlan& p, cudaStream_t s) {
-  switch (p.stages) {
-    case 4:
-      return launch_rows_stages<Tx, Tr, V, 4, kWarp>(a, p, s);
-    case 2:
-      return launch_rows_stages<Tx, Tr, V, 2, kWarp>(a, p, s);
-    default:
-      return bad_plan("ring stages", p.stages);
+  if constexpr (kWarp || core::kBlockRingStages == 4) {
+    if (p.stages == 4) return launch_rows_stages<Tx, Tr, V, 4, kWarp>(a, p, s);
   }
+  if constexpr (kWarp || core::kBlockRingStages == 2) {
+    if (p.stages == 2) return launch_rows_stages<Tx, Tr, V, 2, kWarp>(a, p, s);
+  }
+  return bad_plan("ring stages", p.stages);
 }
 
 template <typename Kernel>
