@@ -243,6 +243,75 @@ __device__ __forceinline__ void load_pack_dyn(const void* base, DType dt, int64_
   }
 }
 
+/// Element (word) j + k of w for a run-time k in [0, kMaxK): an unrolled chain of selects, so w
+/// stays in registers (0 where j + k is past the end of w).
+template <int N, int kMaxK>
+__device__ __forceinline__ uint32_t word_at(const uint32_t (&w)[N], int j, int k) {
+  uint32_t v = j < N ? w[j] : 0u;
+#pragma unroll
+  for (int q = 1; q < kMaxK; ++q) {
+    if (j + q < N && k == q) v = w[j + q];
+  }
+  return v;
+}
+
+/// Loads V elements of T from element col of a 16-byte aligned array of n elements (any col):
+/// the aligned 16-byte chunks that hold them, each with one access, then each element moved
+/// into place in registers (word selects, and for 16-bit types a half-word funnel), widened to
+/// fp32: the values of V scalar loads. Returns false, loading nothing, when the last of those
+/// chunks would reach past element n - 1 (the caller then loads per element).
+template <typename T, int V>
+__device__ __forceinline__ bool load_pack_shifted(const T* base, int64_t col, int64_t n,
+                                                  float (&out)[V]) {
+  constexpr int kPer = 16 / sizeof(T);                       // elements per chunk
+  constexpr int kChunks = (kPer - 1 + V + kPer - 1) / kPer;  // most chunks V elements span
+  constexpr int kWords = 4 * kChunks;
+  const int64_t first = col / kPer * kPer;
+  const int s = static_cast<int>(col - first);  // shift in elements, 0 .. kPer - 1
+  const int need = (s + V + kPer - 1) / kPer;
+  if (first + static_cast<int64_t>(need) * kPer > n) return false;
+  uint32_t w[kWords];
+#pragma unroll
+  for (int c = 0; c < kChunks; ++c) {
+    uint4 q = make_uint4(0u, 0u, 0u, 0u);
+    if (c < need) q = *reinterpret_cast<const uint4*>(base + first + c * kPer);
+    w[4 * c] = q.x;
+    w[4 * c + 1] = q.y;
+    w[4 * c + 2] = q.z;
+    w[4 * c + 3] = q.w;
+  }
+  if constexpr (sizeof(T) == 4) {
+#pragma unroll
+    for (int i = 0; i < V; ++i) out[i] = __uint_as_float(word_at<kWords, kPer>(w, i, s));
+  } else {
+    static_assert(V % 2 == 0, "16-bit elements come in word pairs");
+    const int k = s >> 1;
+    const bool odd = (s & 1) != 0;
+#pragma unroll
+    for (int j = 0; j < V / 2; ++j) {
+      const uint32_t lo = word_at<kWords, kPer / 2>(w, j, k);
+      const uint32_t hi = word_at<kWords, kPer / 2>(w, j + 1, k);
+      const uint32_t pair = odd ? __byte_perm(lo, hi, 0x5432) : lo;
+      out[2 * j] = storage_to_float<T>(static_cast<uint16_t>(pair & 0xffffu));
+      out[2 * j + 1] = storage_to_float<T>(static_cast<uint16_t>(pair >> 16));
+    }
+  }
+  return true;
+}
+
+/// load_pack_shifted for a tensor whose dtype is known only at run time (uniform branch).
+template <int V>
+__device__ __forceinline__ bool load_pack_shifted_dyn(const void* base, DType dt, int64_t col,
+                                                      int64_t n, float (&out)[V]) {
+  if (dt == DType::kBFloat16) {
+    return load_pack_shifted<bf16, V>(static_cast<const bf16*>(base), col, n, out);
+  }
+  if (dt == DType::kFloat16) {
+    return load_pack_shifted<f16, V>(static_cast<const f16*>(base), col, n, out);
+  }
+  return load_pack_shifted<float, V>(static_cast<const float*>(base), col, n, out);
+}
+
 /// Store V fp32 values into a tensor whose dtype is known only at run time (uniform branch).
 template <int V>
 __device__ __forceinline__ void store_pack_dyn(void* base, DType dt, int64_t off,
