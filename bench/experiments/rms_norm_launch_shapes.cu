@@ -15,7 +15,7 @@
 // Its form without row strides (26 / 31 registers at 1 / 2 vectors per thread, against 38 / 64
 // for the direct kernel) was faster at every row count at those splits
 // (bench/results/rms-launch-shapes-lean-21a42b5-nvidia-h200.log), which is why the library has it.
-// `ring` or `phase` as the argument runs ring_mode or phase_mode instead (below).
+// `ring` as the argument runs ring_mode instead (below).
 // Not part of the build:
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90,code=sm_90 -Iinclude -Isrc \
 //        bench/experiments/rms_norm_launch_shapes.cu build/libropenorm.a -o rms_norm_launch_shapes
@@ -186,68 +186,8 @@ void ring_mode(const RmsNormKernelArgs& base, bf16* y, double copy) {
         }
       }
 }
-// Phase mode (`rms_norm_launch_shapes phase`): rows whose 16-byte phase varies (N = 4095, 4100,
-// contiguous), plain and fused, at every threads x vectors-per-thread split, with and without
-// the direct kernel's any_phase instance (the weight read as shifted 16-byte chunks instead of
-// per element), each output against the plan's bit for bit.
-void phase_mode(const RmsNormKernelArgs& base, bf16* y, double copy) {
-  struct Split {
-    int threads, vpt;
-  };
-  const int sms = device_sm_count();
-  for (int fused = 0; fused < 2; ++fused)
-    for (int64_t N : {4095L, 4100L})
-      for (int64_t M : {4096L, 32768L}) {
-        RmsNormKernelArgs a =
-            make_args(static_cast<bf16*>(const_cast<void*>(base.x)),
-                      static_cast<bf16*>(const_cast<void*>(base.weight)), y,
-                      fused ? static_cast<bf16*>(const_cast<void*>(base.residual)) : nullptr,
-                      static_cast<bf16*>(base.residual_out), M, N);
-        const int r_elem = fused ? 2 : 0;
-        const core::RmsNormPlan prod =
-            core::plan_rms_norm(N, 8, 2, r_elem, true, M, sms, false, false);
-        std::vector<core::RmsNormPlan> plans = {prod};
-        for (Split v : {Split{512, 1}, Split{256, 2}, Split{128, 4}}) {
-          for (bool shifted : {false, true}) {
-            core::RmsNormPlan p = prod;
-            p.threads = v.threads;
-            p.vpt = v.vpt;
-            p.any_phase = shifted;
-            plans.push_back(p);
-          }
-        }
-        std::vector<uint16_t> ref(M * N), out(M * N);
-        const double bytes = (fused ? 4.0 : 2.0) * M * N * 2;
-        for (size_t i = 0; i < plans.size(); ++i) {
-          const core::RmsNormPlan p = plans[i];
-          auto run = [&](cudaStream_t stream) {
-            const Status st = fused ? launch_rms_norm_typed<bf16, bf16>(a, p, stream)
-                                    : launch_rms_norm_typed<bf16, NoResidual>(a, p, stream);
-            if (!st.ok()) {
-              printf("%s\n", st.message().c_str());
-              exit(1);
-            }
-          };
-          CK(cudaMemset(y, 0xff, M * N * 2));
-          const float us = time_med([&] { run(0); }, true, 21);
-          CK(cudaMemcpy(out.data(), y, M * N * 2, cudaMemcpyDeviceToHost));
-          size_t ndiff = 0;
-          if (i == 0) {
-            ref = out;
-          } else {
-            for (size_t k = 0; k < out.size(); ++k) ndiff += out[k] != ref[k];
-          }
-          printf(
-              "%s N=%5ld M=%6ld %s threads=%3d vpt=%d any_phase=%d %8.2f us %6.0f GB/s %5.1f%% "
-              "copy  vs-plan: %zu differ\n",
-              fused ? "add_rms" : "rms    ", (long)N, (long)M, i == 0 ? "(plan)" : "      ",
-              p.threads, p.vpt, p.any_phase ? 1 : 0, us, bytes / us / 1e3,
-              100 * bytes / us / 1e3 / copy, ndiff);
-        }
-      }
-}
 int main(int argc, char** argv) {
-  const std::string mode = argc > 1 ? argv[1] : "";
+  const bool ring = argc > 1 && std::string(argv[1]) == "ring";
   const int64_t MM = 32768, NN = 8192;
   bf16 *x, *r, *y, *ro, *w;
   CK(cudaMalloc(&x, MM * NN * 2));
@@ -276,8 +216,8 @@ int main(int argc, char** argv) {
   }
   const double copy = copy_bandwidth_gbps(size_t{1} << 30);
   printf("copy %.0f GB/s\n", copy);
-  if (mode == "ring" || mode == "phase") {
-    (mode == "ring" ? ring_mode : phase_mode)(make_args(x, w, y, r, ro, MM, NN), y, copy);
+  if (ring) {
+    ring_mode(make_args(x, w, y, r, ro, MM, NN), y, copy);
     printf("done\n");
     return 0;
   }
@@ -288,9 +228,8 @@ int main(int argc, char** argv) {
     for (int64_t N : {4096L, 8192L})
       for (int64_t M : {1L, 32L, 132L, 264L, 512L, 1024L, 2048L, 4096L, 8192L, 16384L, 32768L}) {
         RmsNormKernelArgs a = make_args(x, w, y, fused ? r : nullptr, ro, M, N);
-        core::RmsNormPlan prod =
+        const core::RmsNormPlan prod =
             core::plan_rms_norm(N, 8, 2, fused ? 2 : 0, true, M, device_sm_count());
-        prod.any_phase = false;  // aligned rows (the direct kernel's split, without the ring)
         a.weight_in_smem = prod.weight_in_smem;
         std::vector<uint16_t> ref(M * N), out(M * N);
         const double bytes = (fused ? 4.0 : 2.0) * M * N * 2;

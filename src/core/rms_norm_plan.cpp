@@ -126,7 +126,7 @@ int rms_norm_vector_width(const AccessFacts& x, std::initializer_list<AccessFact
 }
 
 RmsNormPlan plan_rms_norm(int64_t n, int vec, int x_elem, int r_elem, bool has_weight, int64_t rows,
-                          int sm_count, bool lean_rows, bool aligned_rows) {
+                          int sm_count, bool lean_rows, bool ring_rows) {
   RmsNormPlan p;
   p.vec = vec;
   const int64_t nvec = (n + vec - 1) / vec;
@@ -169,7 +169,7 @@ RmsNormPlan plan_rms_norm(int64_t n, int vec, int x_elem, int r_elem, bool has_w
     const int64_t sms = sm_count > 0 ? sm_count : 1;
     const int64_t few_rows = (lean_rows && wide == 1 ? kLeanFewRowsPerSm : kFewRowsPerSm) * sms;
     const int64_t mid_rows = (lean_rows ? kLeanMidRowsPerSm : kMidRowsPerSm) * sms;
-    if (aligned_rows && vec > kScalarWidth && r_elem > 0 && rows > mid_rows) {
+    if (ring_rows && vec > kScalarWidth && r_elem > 0 && rows > mid_rows) {
       RmsNormPlan ring;
       if (plan_block_ring(n, nvec, vec, max_vpt, x_elem, r_elem, has_weight, ring)) return ring;
     }
@@ -178,7 +178,6 @@ RmsNormPlan plan_rms_norm(int64_t n, int vec, int x_elem, int r_elem, bool has_w
     p.path = RmsNormPath::kBlockPerRow;
     p.vpt = vpt;
     p.lean = lean_rows && vpt <= kLeanMaxVpt;
-    p.any_phase = !p.lean && !aligned_rows && vec > kScalarWidth && has_weight;
     p.threads = round_up((nvec + vpt - 1) / vpt, 32);
     p.stages = 0;
     p.weight_in_smem = false;

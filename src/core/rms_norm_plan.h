@@ -80,7 +80,6 @@ struct RmsNormPlan {
   bool weight_in_smem = false;  ///< (w + o) staged in shared memory as fp32 (ring paths)
   int64_t smem_bytes = 0;       ///< dynamic shared memory per block
   bool lean = false;            ///< kBlockPerRow: the lean direct kernel (rms_norm_lean_rows)
-  bool any_phase = false;       ///< kBlockPerRow: the direct kernel for rows of varying phase
 };
 
 /// Largest number of vectors per thread the register-resident kernels are built for.
@@ -147,17 +146,15 @@ __host__ __device__
 /// dtypes only; on the block path the split depends on rows / sm_count too (kFewRowsPerSm,
 /// kMidRowsPerSm), which leaves the results unchanged (split-invariant reduction). lean_rows
 /// (rms_norm_lean_rows) lets the block path take the lean direct kernel (kLeanFewRowsPerSm,
-/// kLeanMidRowsPerSm, kLeanMaxVpt), again with the same results. aligned_rows
+/// kLeanMidRowsPerSm, kLeanMaxVpt), again with the same results. ring_rows
 /// (rms_norm_aligned_rows) lets the fused add's many-rows plan (more than kMidRowsPerSm rows per
 /// multiprocessor) take the block ring: about kRingThreads threads, at most kRingMaxVectors
 /// vectors, kBlockRingStages stages and the weight staged when it fits kSmemBudget; the same row
 /// routine and reduction as the direct kernel, so again the same results (H200, bf16,
 /// M = 32768: the ring ran the fused add at N = 4096 / 5120 / 7168 / 8192 in 292.4 / 347.9 /
-/// 489.8 / 562.9 us, the direct kernel in 312.8 / 384.9 / 552.1 / 658.2; docs/performance.md);
-/// vector rows that are not aligned_rows take the direct kernel's any_phase instance (a
-/// 16-byte aligned weight read as shifted 16-byte chunks at every phase), again the same bits.
+/// 489.8 / 562.9 us, the direct kernel in 312.8 / 384.9 / 552.1 / 658.2; docs/performance.md).
 RmsNormPlan plan_rms_norm(int64_t n, int vec, int x_elem = 2, int r_elem = 0,
                           bool has_weight = true, int64_t rows = kManyRows, int sm_count = 1,
-                          bool lean_rows = false, bool aligned_rows = false);
+                          bool lean_rows = false, bool ring_rows = false);
 
 }  // namespace ropenorm::core

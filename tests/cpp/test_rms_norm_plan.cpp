@@ -255,23 +255,6 @@ TEST(CpuRmsNormPlan, FusedRingRows) {
   EXPECT_FALSE(plan_rms_norm(8192, 8, 2, 2, false, 5000, kSms, false, true).weight_in_smem);
 }
 
-// Vector rows that are not aligned (their phase varies) take the direct kernel's any_phase
-// instance; aligned rows, lean rows, scalar rows and rows without a weight do not.
-TEST(CpuRmsNormPlan, AnyPhaseRows) {
-  constexpr int kSms = 132;
-  for (int64_t rows : {1, 600, 5000}) {
-    for (int r_elem : {0, 2}) {
-      EXPECT_TRUE(plan_rms_norm(4095, 8, 2, r_elem, true, rows, kSms).any_phase) << rows;
-      EXPECT_TRUE(plan_rms_norm(4100, 4, 4, r_elem, true, rows, kSms).any_phase) << rows;
-      EXPECT_FALSE(plan_rms_norm(4096, 8, 2, r_elem, true, rows, kSms, false, true).any_phase);
-      EXPECT_FALSE(plan_rms_norm(4095, 1, 2, r_elem, true, rows, kSms).any_phase) << rows;
-      EXPECT_FALSE(plan_rms_norm(4095, 8, 2, r_elem, false, rows, kSms).any_phase) << rows;
-      EXPECT_FALSE(plan_rms_norm(1000, 8, 2, r_elem, true, rows, kSms).any_phase) << rows;
-    }
-    EXPECT_FALSE(plan_rms_norm(4096, 8, 2, 0, true, rows, kSms, true, true).any_phase) << rows;
-  }
-}
-
 // Which rows have no edge elements (the block ring's rows).
 TEST(CpuRmsNormPlan, AlignedRows) {
   EXPECT_TRUE(rms_norm_aligned_rows({g_buf, 2, rows(4096)}, 4096, 8));

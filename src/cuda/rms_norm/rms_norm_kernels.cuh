@@ -174,9 +174,8 @@ __device__ __forceinline__ void issue_row(const RmsNormKernelArgs& a, int64_t ro
 
 /// Weight factors (w + o) of the V columns from col of a row of phase p: shared memory (16-byte
 /// float4 reads when aligned there), global memory as one vector when the row's phase and the
-/// weight's alignment allow, as the aligned chunks that hold them (load_pack_shifted, kShifted)
-/// for a 16-byte aligned weight at another phase, else per column (weight_factor).
-template <int V, bool kShifted>
+/// weight's alignment allow, else per column (weight_factor).
+template <int V>
 __device__ __forceinline__ void row_weights(const RmsNormKernelArgs& a, const float* w_smem, int p,
                                             int64_t col, float (&w)[V]) {
   if (w_smem != nullptr) {
@@ -200,13 +199,6 @@ __device__ __forceinline__ void row_weights(const RmsNormKernelArgs& a, const fl
 #pragma unroll
     for (int i = 0; i < V; ++i) w[i] += a.w_offset;
   } else {
-    if constexpr (kShifted && V > core::kScalarWidth) {
-      if (a.weight_vec && load_pack_shifted_dyn<V>(a.weight, a.w_dtype, col, a.n, w)) {
-#pragma unroll
-        for (int i = 0; i < V; ++i) w[i] += a.w_offset;
-        return;
-      }
-    }
 #pragma unroll
     for (int i = 0; i < V; ++i) w[i] = weight_factor(a, nullptr, col + i);
   }
@@ -217,8 +209,7 @@ __device__ __forceinline__ void row_weights(const RmsNormKernelArgs& a, const fl
 /// them loaded before any is used or s is stored; reduces the row and writes y (and s).
 /// Each vector's weight factors are loaded just before its output (loading all of them before the
 /// first store measured no faster at M = 1 and cost 47 registers at 128 x 4; H200, 16f10cf).
-template <typename Tx, typename Tr, int V, int VPT, bool kWarp, bool kShifted, typename XSrc,
-          typename RSrc>
+template <typename Tx, typename Tr, int V, int VPT, bool kWarp, typename XSrc, typename RSrc>
 __device__ __forceinline__ void process_row(const RmsNormKernelArgs& a, int64_t row, int tid,
                                             int nthreads, XSrc xsrc, RSrc rsrc, const float* w_smem,
                                             float* scratch, Tx ex, NormInputT<Tx, Tr> er) {
@@ -295,7 +286,7 @@ __device__ __forceinline__ void process_row(const RmsNormKernelArgs& a, int64_t 
     if (j < nbody) {
       const int64_t col = p + static_cast<int64_t>(j) * V;
       float w[V];
-      row_weights<V, kShifted>(a, w_smem, p, col, w);
+      row_weights<V>(a, w_smem, p, col, w);
       row_output<Tnorm, V>(hf, rstd, w, v[k]);
       store_pack_dyn<V>(a.y, a.y_dtype, y_off + col, v[k]);
     }
@@ -357,7 +348,7 @@ __global__ void __launch_bounds__(core::kRowsMaxThreads)
       if (ahead < a.m) issue_row<Tx, Tr, V, VPT, S>(a, ahead, ns, ring, ex[ns], er[ns]);
       cp_async_commit();
       cp_async_wait<S - 1>();
-      process_row<Tx, Tr, V, VPT, kWarp, false>(
+      process_row<Tx, Tr, V, VPT, kWarp>(
           a, row, ring.tid, ring.nthreads,
           [&](int k) { return reinterpret_cast<const Tx*>(ring.x_slot(s, k)); },
           [&](int k) { return reinterpret_cast<const Tr*>(ring.r_slot(s, k)); }, w_smem, scratch,
@@ -371,10 +362,8 @@ __global__ void __launch_bounds__(core::kRowsMaxThreads)
 /// ...; thread t owns vectors t, t + blockDim.x, ... (VPT of them) and the edge element t,
 /// loaded straight from global memory into registers (all of them before the reduction); the
 /// weight is read from global memory (L1/L2-resident), as 16-byte vectors when the row's phase
-/// and the weight's alignment allow; kAnyPhase (plan.any_phase: rows whose phase varies) also
-/// loads a 16-byte aligned weight at the other phases as shifted 16-byte chunks (one instance
-/// per case, so the aligned rows' kernel keeps its registers).
-template <typename Tx, typename Tr, int V, int VPT, bool kAnyPhase = false>
+/// and the weight's alignment allow.
+template <typename Tx, typename Tr, int V, int VPT>
 __global__ void __launch_bounds__(core::kRowsMaxThreads)
     rms_norm_direct_kernel(const RmsNormKernelArgs a) {
   using Tnorm = NormInputT<Tx, Tr>;
@@ -398,7 +387,7 @@ __global__ void __launch_bounds__(core::kRowsMaxThreads)
       ex = x[e_col];
       if constexpr (kFused) er = r[e_col];
     }
-    process_row<Tx, Tr, V, VPT, false, kAnyPhase>(
+    process_row<Tx, Tr, V, VPT, false>(
         a, row, tid, nthreads,
         [&](int k) { return x + p + static_cast<int64_t>(tid + k * nthreads) * V; },
         [&](int k) { return r + p + static_cast<int64_t>(tid + k * nthreads) * V; }, nullptr,

@@ -112,32 +112,24 @@ Status launch_lean(const RmsNormKernelArgs& a, const core::RmsNormPlan& p, cudaS
   return bad_plan("lean kernel, vectors per thread", p.vpt);
 }
 
-template <typename Tx, typename Tr, int V, bool kAnyPhase>
-Status launch_direct_phase(const RmsNormKernelArgs& a, const core::RmsNormPlan& p, cudaStream_t s) {
+template <typename Tx, typename Tr, int V>
+Status launch_direct(const RmsNormKernelArgs& a, const core::RmsNormPlan& p, cudaStream_t s) {
+  if (p.lean) return launch_lean<Tx, Tr, V>(a, p, s);
   switch (p.vpt) {
     case 1:
-      return launch_grid(rms_norm_direct_kernel<Tx, Tr, V, 1, kAnyPhase>, a, p.threads, s);
+      return launch_grid(rms_norm_direct_kernel<Tx, Tr, V, 1>, a, p.threads, s);
     case 2:
-      return launch_grid(rms_norm_direct_kernel<Tx, Tr, V, 2, kAnyPhase>, a, p.threads, s);
+      return launch_grid(rms_norm_direct_kernel<Tx, Tr, V, 2>, a, p.threads, s);
     case 4:
-      return launch_grid(rms_norm_direct_kernel<Tx, Tr, V, 4, kAnyPhase>, a, p.threads, s);
+      return launch_grid(rms_norm_direct_kernel<Tx, Tr, V, 4>, a, p.threads, s);
     case 8:
       if constexpr (V * 8 <= core::kMaxRegElems) {
-        return launch_grid(rms_norm_direct_kernel<Tx, Tr, V, 8, kAnyPhase>, a, p.threads, s);
+        return launch_grid(rms_norm_direct_kernel<Tx, Tr, V, 8>, a, p.threads, s);
       }
       return bad_plan("vectors per thread", p.vpt);
     default:
       return bad_plan("vectors per thread", p.vpt);
   }
-}
-
-template <typename Tx, typename Tr, int V>
-Status launch_direct(const RmsNormKernelArgs& a, const core::RmsNormPlan& p, cudaStream_t s) {
-  if (p.lean) return launch_lean<Tx, Tr, V>(a, p, s);
-  if constexpr (V > core::kScalarWidth) {
-    if (p.any_phase) return launch_direct_phase<Tx, Tr, V, true>(a, p, s);
-  }
-  return launch_direct_phase<Tx, Tr, V, false>(a, p, s);
 }
 
 template <typename Tx, typename Tr, int V>
