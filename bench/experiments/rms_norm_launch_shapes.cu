@@ -98,11 +98,12 @@ int regs_of(const void* k) {
   CK(cudaFuncGetAttributes(&fa, k));
   return fa.numRegs;
 }
-// Ring mode (`rms_norm_launch_shapes ring`): aligned rows at many rows per SM, plain and with
-// the fused add: the library's plan (the block ring for the fused add, the lean or direct kernel
-// for the plain op) against the block ring kernel at each threads x vectors-per-thread split
-// (2 stages, the weight staged in shared memory; plain rows have no library ring), each output
-// against the plan's bit for bit. At 6b366f2 this mode ran the fused ring at 4 and 2 stages: 2
+// Ring mode (`rms_norm_launch_shapes ring`): rows at many rows per SM, plain and with the fused
+// add, aligned (N a multiple of 8) and of varying phase (4095, 4100): the library's plan (the
+// block ring for the aligned fused add, the lean or direct kernel otherwise) against the block
+// ring kernel at each threads x vectors-per-thread split (2 stages, the weight staged in shared
+// memory; plain rows and rows of varying phase have no library ring), each output against the
+// plan's bit for bit. At 6b366f2 this mode ran the fused ring at 4 and 2 stages: 2
 // stages were faster from M = 2048 on at every N from 2048 to 8192 (N = 8192 M = 32768: 562.9
 // against 596.5 us; direct 658.2; bench/results/rms-ring-6b366f2-nvidia-h200.log), hence
 // core::kBlockRingStages.
@@ -118,12 +119,9 @@ Status launch_ring_split(const RmsNormKernelArgs& a, const core::RmsNormPlan& p,
   }
 }
 void ring_mode(const RmsNormKernelArgs& base, bf16* y, double copy) {
-  struct Split {
-    int threads, vpt;
-  };
   const int sms = device_sm_count();
   for (int fused = 1; fused >= 0; --fused)
-    for (int64_t N : {4096L, 5120L, 7168L, 8192L})
+    for (int64_t N : {4096L, 5120L, 7168L, 8192L, 4095L, 4100L})
       for (int64_t M : {2048L, 4096L, 32768L}) {
         RmsNormKernelArgs a =
             make_args(static_cast<bf16*>(const_cast<void*>(base.x)),
@@ -131,21 +129,24 @@ void ring_mode(const RmsNormKernelArgs& base, bf16* y, double copy) {
                       fused ? static_cast<bf16*>(const_cast<void*>(base.residual)) : nullptr,
                       static_cast<bf16*>(base.residual_out), M, N);
         const int r_elem = fused ? 2 : 0;
+        const bool aligned = N % 8 == 0;  // contiguous rows: aligned exactly when 8 | N
         const core::RmsNormPlan prod =
-            core::plan_rms_norm(N, 8, 2, r_elem, true, M, sms, !fused, true);
+            core::plan_rms_norm(N, 8, 2, r_elem, true, M, sms, !fused && aligned, aligned);
         std::vector<core::RmsNormPlan> plans = {prod};
-        for (Split v : {Split{512, 1}, Split{256, 2}, Split{128, 4}}) {
-          const int64_t cover = int64_t{v.threads} * v.vpt * 8;
-          if (cover < N || (v.threads - 32) * v.vpt * 8 >= N) continue;
+        const int64_t nvec = (N + 7) / 8;
+        for (int vpt : {1, 2, 4}) {
+          const int threads = static_cast<int>((nvec + vpt - 1) / vpt + 31) / 32 * 32;
+          if (threads > core::kRowsMaxThreads || threads * vpt > core::kRingMaxVectors) continue;
           core::RmsNormPlan p = prod;
           p.path = core::RmsNormPath::kBlockRing;
           p.lean = false;
-          p.threads = v.threads;
-          p.vpt = v.vpt;
+          p.threads = threads;
+          p.vpt = vpt;
           p.stages = 2;
           p.rows_per_block = 1;
           p.weight_in_smem = true;
-          p.smem_bytes = 32 * 4 + N * 4 + core::ring_bytes(8, v.vpt, 2, v.threads, 2, r_elem);
+          p.smem_bytes =
+              32 * 4 + (N + 3) / 4 * 4 * 4 + core::ring_bytes(8, vpt, 2, threads, 2, r_elem);
           plans.push_back(p);
         }
         std::vector<uint16_t> ref(M * N), out(M * N);
