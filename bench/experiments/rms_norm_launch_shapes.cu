@@ -145,8 +145,7 @@ void ring_mode(const RmsNormKernelArgs& base, bf16* y, double copy) {
           p.stages = 2;
           p.rows_per_block = 1;
           p.weight_in_smem = true;
-          p.smem_bytes =
-              32 * 4 + (N + 3) / 4 * 4 * 4 + core::ring_bytes(8, vpt, 2, threads, 2, r_elem);
+          p.smem_bytes = core::ring_smem_bytes(N, true, 1, 8, vpt, 2, threads, 2, r_elem);
           plans.push_back(p);
         }
         std::vector<uint16_t> ref(M * N), out(M * N);

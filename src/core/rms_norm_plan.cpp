@@ -67,13 +67,11 @@ int round_up(int64_t a, int64_t b) { return static_cast<int>((a + b - 1) / b * b
 // staged when it fits. False when none fits.
 bool fit_ring(RmsNormPlan& p, int64_t slices, int64_t n, int x_elem, int r_elem, bool has_weight,
               std::initializer_list<int> depths) {
-  const int64_t weight_bytes = ((n + 3) / 4 * 4) * 4;
-  const int64_t scratch = 32 * 4;
   for (int stages : depths) {
     for (bool w_smem : {true, false}) {
       if (w_smem && !has_weight) continue;
-      const int64_t bytes = scratch + (w_smem ? weight_bytes : 0) +
-                            slices * ring_bytes(p.vec, p.vpt, stages, p.threads, x_elem, r_elem);
+      const int64_t bytes =
+          ring_smem_bytes(n, w_smem, slices, p.vec, p.vpt, stages, p.threads, x_elem, r_elem);
       if (bytes <= kSmemBudget) {
         p.stages = stages;
         p.weight_in_smem = w_smem;
@@ -126,7 +124,7 @@ int rms_norm_vector_width(const AccessFacts& x, std::initializer_list<AccessFact
 }
 
 RmsNormPlan plan_rms_norm(int64_t n, int vec, int x_elem, int r_elem, bool has_weight, int64_t rows,
-                          int sm_count, bool lean_rows, bool ring_rows) {
+                          int sm_count, bool lean_rows, bool aligned_rows) {
   RmsNormPlan p;
   p.vec = vec;
   const int64_t nvec = (n + vec - 1) / vec;
@@ -169,7 +167,7 @@ RmsNormPlan plan_rms_norm(int64_t n, int vec, int x_elem, int r_elem, bool has_w
     const int64_t sms = sm_count > 0 ? sm_count : 1;
     const int64_t few_rows = (lean_rows && wide == 1 ? kLeanFewRowsPerSm : kFewRowsPerSm) * sms;
     const int64_t mid_rows = (lean_rows ? kLeanMidRowsPerSm : kMidRowsPerSm) * sms;
-    if (ring_rows && vec > kScalarWidth && r_elem > 0 && rows > mid_rows) {
+    if (aligned_rows && vec > kScalarWidth && r_elem > 0 && rows > mid_rows) {
       RmsNormPlan ring;
       if (plan_block_ring(n, nvec, vec, max_vpt, x_elem, r_elem, has_weight, ring)) return ring;
     }

@@ -120,9 +120,11 @@ constexpr int kRingThreads = 256;
 /// ran N = 8192 in 562.9 us, 4 stages, one block per SM, 596.5; 2 was ahead at every N from
 /// 2048 to 8192 and M from 2048 on; docs/performance.md).
 constexpr int kBlockRingStages = 2;
+/// Floats of reduction scratch at the start of a ring block's shared memory.
+constexpr int kRingScratchFloats = 32;
 /// Most vectors (threads x vectors per thread) a block-ring row may span: its reduction scratch
-/// holds 32 partials of 32 chunks each (chunk_sum).
-constexpr int kRingMaxVectors = 32 * 32;
+/// holds kRingScratchFloats partials of 32 chunks each (chunk_sum).
+constexpr int kRingMaxVectors = 32 * kRingScratchFloats;
 /// Row count that selects the many-rows split on any device (the planner's default).
 constexpr int64_t kManyRows = int64_t{1} << 62;
 /// Threads per row on the two-pass path.
@@ -140,13 +142,22 @@ __host__ __device__
   return static_cast<int64_t>(stages) * vpt * threads * v * (x_elem + r_elem);
 }
 
+/// Dynamic shared memory of a ring block (both ring paths): the reduction scratch, the weight
+/// factors of n columns as fp32 (rounded up to 16 bytes) when staged (w_smem), then `slices`
+/// rings (ring_bytes).
+constexpr int64_t ring_smem_bytes(int64_t n, bool w_smem, int64_t slices, int v, int vpt,
+                                  int stages, int threads, int x_elem, int r_elem) {
+  return int64_t{kRingScratchFloats} * 4 + (w_smem ? (n + 3) / 4 * 4 * 4 : 0) +
+         slices * ring_bytes(v, vpt, stages, threads, x_elem, r_elem);
+}
+
 /// Plan for `rows` rows of width n at vector width vec (from rms_norm_vector_width), x elements
 /// of x_elem bytes, a residual of r_elem bytes (0: plain op), with or without a weight, on a
 /// device of sm_count multiprocessors. The path, vector width and staging depend on n and the
 /// dtypes only; on the block path the split depends on rows / sm_count too (kFewRowsPerSm,
 /// kMidRowsPerSm), which leaves the results unchanged (split-invariant reduction). lean_rows
 /// (rms_norm_lean_rows) lets the block path take the lean direct kernel (kLeanFewRowsPerSm,
-/// kLeanMidRowsPerSm, kLeanMaxVpt), again with the same results. ring_rows
+/// kLeanMidRowsPerSm, kLeanMaxVpt), again with the same results. aligned_rows
 /// (rms_norm_aligned_rows) lets the fused add's many-rows plan (more than kMidRowsPerSm rows per
 /// multiprocessor) take the block ring: about kRingThreads threads, at most kRingMaxVectors
 /// vectors, kBlockRingStages stages and the weight staged when it fits kSmemBudget; the same row
@@ -155,6 +166,6 @@ __host__ __device__
 /// 489.8 / 562.9 us, the direct kernel in 312.8 / 384.9 / 552.1 / 658.2; docs/performance.md).
 RmsNormPlan plan_rms_norm(int64_t n, int vec, int x_elem = 2, int r_elem = 0,
                           bool has_weight = true, int64_t rows = kManyRows, int sm_count = 1,
-                          bool lean_rows = false, bool ring_rows = false);
+                          bool lean_rows = false, bool aligned_rows = false);
 
 }  // namespace ropenorm::core

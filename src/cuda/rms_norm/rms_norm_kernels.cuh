@@ -298,8 +298,9 @@ __device__ __forceinline__ void process_row(const RmsNormKernelArgs& a, int64_t 
 }
 
 /// Register-resident, persistent, S-stage pipelined kernel: warp per row (kWarp) or block per
-/// row. Dynamic shared memory: 32 floats of scratch, n floats of weight when a.weight_in_smem
-/// (rounded up to 16 bytes), then the ring (x region, then residual region).
+/// row. Dynamic shared memory (core::ring_smem_bytes): kRingScratchFloats floats of scratch, n
+/// floats of weight when a.weight_in_smem (rounded up to 16 bytes), then the ring (x region, then
+/// residual region).
 template <typename Tx, typename Tr, int V, int VPT, int S, bool kWarp>
 __global__ void __launch_bounds__(core::kRowsMaxThreads)
     rms_norm_rows_kernel(const RmsNormKernelArgs a) {
@@ -307,9 +308,9 @@ __global__ void __launch_bounds__(core::kRowsMaxThreads)
   using Tnorm = NormInputT<Tx, Tr>;
   extern __shared__ __align__(16) unsigned char smem[];
   float* scratch = reinterpret_cast<float*>(smem);
-  float* w_smem = a.weight_in_smem ? scratch + 32 : nullptr;
+  float* w_smem = a.weight_in_smem ? scratch + core::kRingScratchFloats : nullptr;
   const int64_t w_floats = a.weight_in_smem ? (a.n + 3) / 4 * 4 : 0;
-  unsigned char* ring_base = smem + (32 + w_floats) * sizeof(float);
+  unsigned char* ring_base = smem + (core::kRingScratchFloats + w_floats) * sizeof(float);
   const int nthreads = kWarp ? 32 : blockDim.x;
   const int slices = kWarp ? blockDim.y : 1;
   const int slice = kWarp ? threadIdx.y : 0;
