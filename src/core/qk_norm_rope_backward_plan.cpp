@@ -73,4 +73,8 @@ QkNormRopeBackwardPlan plan_qk_norm_rope_backward_lean(const RopeLeanFacts& f, i
   return p;
 }
 
+QkBwdLeanInstance qk_bwd_lean_instance(int64_t lanes) {
+  return lanes == 8 || lanes == 16 ? QkBwdLeanInstance::kLanes : QkBwdLeanInstance::kAny;
+}
+
 }  // namespace ropenorm::core

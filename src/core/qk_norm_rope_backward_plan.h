@@ -83,4 +83,17 @@ bool qk_norm_rope_backward_lean(const RopeLeanFacts& f, bool weights_aligned16, 
 QkNormRopeBackwardPlan plan_qk_norm_rope_backward_lean(const RopeLeanFacts& f, int sm_count,
                                                        int blocks_per_sm = kQkBwdLeanMinBlocks);
 
+/// Instances of the lean backward kernel: the facts each fixes at compile time
+/// (cuda/rope/rope_lean_spec.h); every instance gives the same bits.
+enum class QkBwdLeanInstance {
+  kAny,    ///< every fact read at run time
+  kLanes,  ///< 8 or 16 lanes per head (D 128 or 256); the rest at run time
+};
+
+/// The instance for a lean call with `lanes` lanes per head (h / 8): kLanes for 8 and 16, else
+/// kAny. (H200, bf16, D 128, 32 + 8 heads, T = 32768, bench/experiments/qk_backward_lean.cu:
+/// kLanes without spills; fixing the weights in q/k's dtype in registers as well spilled 56
+/// bytes and was slower.)
+QkBwdLeanInstance qk_bwd_lean_instance(int64_t lanes);
+
 }  // namespace ropenorm::core

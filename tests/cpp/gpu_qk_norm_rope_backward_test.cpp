@@ -261,7 +261,9 @@ TEST(GpuQkNormRopeBackward, HeadResultIndependentOfTAndOtherHeads) {
 // (dw too: the two add its fp32 partials in different orders): both styles, f16 and bf16, f32 /
 // bf16 / f16 tables (cache, Hugging Face table, per-token gathered), bf16 and f32 weights with
 // an offset, saved and recomputed rstd, in place, D 64 / 128 / 256, and head counts that need
-// two head groups (40 heads of D 256, 80 of D 128) or leave a row of the last group idle (43).
+// two head groups (40 heads of D 256, 80 of D 128) or leave a row of the last group idle (43),
+// and batches whose sequences end inside a block's run of tokens (3 x 301 and 2 x 389 tokens,
+// positions per token and per-sequence offsets).
 TEST(GpuQkNormRopeBackward, LeanKernelMatchesGeneralKernel) {
   ROPENORM_REQUIRE_GPU();
   struct Variant {
@@ -273,6 +275,7 @@ TEST(GpuQkNormRopeBackward, LeanKernelMatchesGeneralKernel) {
     int64_t head_dim, hq, hk;
     bool with_rstd, in_place;
     RopePosKind pos_kind;
+    int64_t batch = 0, seq = 777;
   };
   const Variant variants[] = {
       {DType::kBFloat16, RopeStyle::kNeox, CosSinKind::kCache, DType::kFloat32, DType::kBFloat16,
@@ -287,11 +290,16 @@ TEST(GpuQkNormRopeBackward, LeanKernelMatchesGeneralKernel) {
        128, 72, 8, true, true, RopePosKind::kI64},
       {DType::kFloat16, RopeStyle::kGptj, CosSinKind::kHfCosSin, DType::kBFloat16, DType::kBFloat16,
        128, 41, 2, false, false, RopePosKind::kI32},
+      {DType::kBFloat16, RopeStyle::kNeox, CosSinKind::kCache, DType::kFloat32, DType::kBFloat16,
+       128, 32, 8, true, false, RopePosKind::kI64, 3, 301},
+      {DType::kBFloat16, RopeStyle::kGptj, CosSinKind::kHfCosSinGathered, DType::kBFloat16,
+       DType::kBFloat16, 256, 32, 8, false, true, RopePosKind::kArangeSeqOffs, 2, 389},
   };
   uint64_t seed = 700;
   for (const Variant& v : variants) {
     QkNormRopeBackwardCase c;
-    c.rope.seq = 777;
+    c.rope.batch = v.batch;
+    c.rope.seq = v.seq;
     c.rope.hq = v.hq;
     c.rope.hk = v.hk;
     c.rope.head_dim = v.head_dim;

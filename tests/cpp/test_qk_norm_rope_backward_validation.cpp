@@ -441,5 +441,18 @@ TEST(CpuQkNormRopeBackwardPlan, LeanShapeAndWorkspace) {
   }
 }
 
+TEST(CpuQkNormRopeBackwardPlan, LeanInstance) {
+  // The lanes fixed at compile time for D 128 and 256 (8 and 16 lanes), every fact at run time
+  // for the other lean head dims.
+  EXPECT_EQ(core::qk_bwd_lean_instance(8), core::QkBwdLeanInstance::kLanes);
+  EXPECT_EQ(core::qk_bwd_lean_instance(16), core::QkBwdLeanInstance::kLanes);
+  for (int64_t lanes : {1, 2, 4, 32}) {
+    EXPECT_EQ(core::qk_bwd_lean_instance(lanes), core::QkBwdLeanInstance::kAny) << lanes;
+  }
+  // The lean plan's group is the lanes the instance is chosen from.
+  EXPECT_EQ(core::plan_qk_norm_rope_backward_lean(lean_facts(64, 40, 64, 128), 132).group, 8);
+  EXPECT_EQ(core::plan_qk_norm_rope_backward_lean(lean_facts(64, 40, 128, 256), 132).group, 16);
+}
+
 }  // namespace
 }  // namespace ropenorm

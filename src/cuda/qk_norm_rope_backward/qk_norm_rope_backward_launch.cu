@@ -19,6 +19,7 @@
 #include "cuda/common/dtype.cuh"
 #include "cuda/common/launch.h"
 #include "cuda/qk_norm_rope/qk_norm_rope_host.h"
+#include "cuda/qk_norm_rope_backward/qk_norm_rope_backward_host.h"
 #include "cuda/qk_norm_rope_backward/qk_norm_rope_backward_run.h"
 #include "cuda/qk_norm_rope_backward/qk_norm_rope_backward_typed.h"
 #include "cuda/rope/rope_host.h"
@@ -42,35 +43,6 @@ int sm_count_of(int device) {
     return 0;
   }
   return sms;
-}
-
-// Widest vector every operand allows: x, dout and dx of q and k, and the cos/sin tables (the
-// test is monotone in V, so the minimum of the separate widths is the joint one).
-int access_width(const core::QkNormRopeBackwardCall& c, const core::RopeGeometry& g,
-                 const cuda::QkNormRopeBackwardArgs& qa) {
-  const cuda::RopeKernelArgs& a = qa.rope;
-  const int es = static_cast<int>(dtype_size(c.fwd.rope.q.dtype));
-  const int64_t h = g.rotary_dim / 2;
-  const int64_t d = g.head_dim;
-  const RopeCosSin& cs = c.fwd.rope.cos_sin;
-  int v = core::rope_vector_width(h, d, es,
-                                  {{a.q.data, es, {a.q.sb, a.q.ss, a.q.sh}},
-                                   {a.k.data, es, {a.k.sb, a.k.ss, a.k.sh}},
-                                   {a.q_out.data, es, {a.q_out.sb, a.q_out.ss, a.q_out.sh}},
-                                   {a.k_out.data, es, {a.k_out.sb, a.k_out.ss, a.k_out.sh}},
-                                   {qa.gq.data, es, {qa.gq.sb, qa.gq.ss, qa.gq.sh}},
-                                   {qa.gk.data, es, {qa.gk.sb, qa.gk.ss, qa.gk.sh}}});
-  int vt = v;
-  if (cs.kind == CosSinKind::kCache) {
-    const int ce = static_cast<int>(dtype_size(cs.cache.dtype));
-    vt = core::rope_vector_width(h, d, es, {{cs.cache.data, ce, {a.cos_row}}});
-  } else if (cs.kind != CosSinKind::kInvFreq) {
-    const int ce = static_cast<int>(dtype_size(cs.cos.dtype));
-    vt = core::rope_vector_width(h, d, es,
-                                 {{cs.cos.data, ce, {a.cos_row, a.cos_sb, a.cos_ss}},
-                                  {cs.sin.data, ce, {a.sin_row, a.sin_sb, a.sin_ss}}});
-  }
-  return vt < v ? vt : v;
 }
 
 // Column sums of the partial rows into the present weight gradients (parts = 0 writes zeros):
@@ -106,11 +78,8 @@ Status run_qk_norm_rope_backward(const core::QkNormRopeBackwardCall& c, bool all
                                  Stream stream) {
   const core::RopeCall& rc = c.fwd.rope;
   const TensorRef& q = rc.q;
-  const TensorRef& wq = c.fwd.wq;
-  const TensorRef& wk = c.fwd.wk;
   const TensorRef& dwq = c.dwq;
   const TensorRef& dwk = c.dwk;
-  const QkNormParams& norm_params = c.fwd.norm;
   core::RopeGeometry g;
   ROPENORM_TRY(core::validate_qk_norm_rope_backward(c, -1, 0, &g));
   int device = 0;
@@ -123,28 +92,16 @@ Status run_qk_norm_rope_backward(const core::QkNormRopeBackwardCall& c, bool all
   if (rc.params.check_positions) ROPENORM_TRY(check_positions_on_host(kOp, rc, g, s));
 
   QkNormRopeBackwardArgs qa{};
-  fill_rope_args(rc, g, &qa.rope);
-  qa.rope.inverse = true;  // the transposed rotation: s_i negated
-  qa.gq = rope_operand(c.dq_out);
-  qa.gk = rope_operand(c.dk_out);
-  qa.wq = wq.data;
-  qa.wk = wk.data;
-  qa.wq_dtype = wq.dtype;
-  qa.wk_dtype = wk.dtype;
-  qa.eps = norm_params.eps;
-  qa.weight_offset = norm_params.weight_offset;
-  qa.q_rstd = c.fwd.q_rstd.defined() ? static_cast<const float*>(c.fwd.q_rstd.data) : nullptr;
-  qa.k_rstd = c.fwd.k_rstd.defined() ? static_cast<const float*>(c.fwd.k_rstd.data) : nullptr;
+  core::RopeLeanFacts lf;
+  fill_qk_norm_rope_backward_args(c, g, &qa, &lf);
 
   // The lean kernel where it applies, else the general one; planned for the largest grid, then
   // for the chosen instance's occupancy (never above it).
-  const int vec = access_width(c, g, qa);
-  const core::RopeLeanFacts lf = rope_lean_facts(rc, g, vec);
   const bool lean =
       allow_lean && core::qk_norm_rope_backward_lean(lf, qk_weights_aligned16(c.fwd), sms);
   auto plan_for = [&](int blocks_per_sm) {
     return lean ? core::plan_qk_norm_rope_backward_lean(lf, sms, blocks_per_sm)
-                : core::plan_qk_norm_rope_backward(g.tokens, lf.half, g.head_dim, vec, sms,
+                : core::plan_qk_norm_rope_backward(g.tokens, lf.half, g.head_dim, lf.vec, sms,
                                                    blocks_per_sm);
   };
   core::QkNormRopeBackwardPlan plan = plan_for(core::kQkBwdBlocksPerSm);
@@ -157,11 +114,7 @@ Status run_qk_norm_rope_backward(const core::QkNormRopeBackwardCall& c, bool all
   if (!queried.ok()) return queried;
   plan = plan_for(resident);
   const bool want_dw = dwq.defined() || dwk.defined();
-  qa.partials = want_dw ? static_cast<float*>(c.workspace.data) : nullptr;
-  qa.tokens_per_block = plan.tokens_per_block;
-  qa.group = plan.group;
-  qa.slots = plan.slots;
-  qa.rot_slots = static_cast<int>(g.rotary_dim / 2 / vec);
+  qk_bwd_apply_plan(plan, want_dw ? static_cast<float*>(c.workspace.data) : nullptr, &qa);
 
   const Status launched =
       core::dispatch_float_dtype<f16, bf16>(q.dtype, kOp, "q", [&](auto tag) -> Status {

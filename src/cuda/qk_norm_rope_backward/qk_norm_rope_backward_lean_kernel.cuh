@@ -1,9 +1,12 @@
 // Lean fused QK-norm + RoPE backward kernel: the forward's lean layout (a head per thread row, 8
-// pairs per lane) over a persistent grid of token chunks, with the weights and the dw partials in
-// registers. Launched only as core::plan_qk_norm_rope_backward_lean describes.
+// pairs per lane) over a persistent grid of token chunks, with the dw partials in registers, in
+// the instances core::qk_bwd_lean_instance picks (compile-time facts, cuda/rope/rope_lean_spec.h;
+// every instance the same bits). Launched only as core::plan_qk_norm_rope_backward_lean describes.
 //
 // Ownership (grid (gx, head_groups), block (g, rows), g = h / 8 a power of two <= 32):
-//  - Tokens: block (bx, by) owns the contiguous tokens [bx C, min(T, (bx + 1) C)), one per round.
+//  - Tokens: block (bx, by) owns the contiguous tokens [bx C, min(T, (bx + 1) C)), one per round;
+//    each thread loads the next token's position with the current token's data, so a round's
+//    cos/sin loads need not wait for its position. (b, s) advance by one token per round.
 //  - Head: thread row y owns head by rows + y (q heads first, then k) of each of those tokens;
 //    rows past Hq + Hk have no head and only take part in the final reduction. A row's g lanes
 //    are consecutive and aligned in their warp (row y is threads y g .. y g + g - 1).
@@ -11,7 +14,8 @@
 //    h + 8x .. h + 8x + 7, gptj 16x .. 16x + 15, so a rotation pair never leaves its lane. The
 //    block stages (w + o) of q and k in shared memory once (fp32, [2, D]; thread i stores
 //    elements i, i + threads, ...), and each lane reads its 16 per token; its 16 fp32 dw
-//    partials stay in registers across the tokens.
+//    partials stay in registers across the tokens. (The weights in registers instead spilled
+//    and measured slower: bench/experiments/qk_backward_lean.cu.)
 //  - Reductions: the general kernel's (qk_norm_rope_backward_kernels.cuh) with G = g, KS = 1:
 //    the same per-lane order of the sum of squares (when r is recomputed) and of sum(g * xh),
 //    the same butterfly, over the row's lanes only. So dq and dk have that kernel's bits.
@@ -36,21 +40,31 @@
 #include "cuda/qk_norm_rope_backward/qk_norm_rope_backward_math.cuh"
 #include "cuda/rms_norm/rms_norm_math.cuh"
 #include "cuda/rope/rope_kernels.cuh"
+#include "cuda/rope/rope_lean_kernels.cuh"
+#include "cuda/rope/rope_lean_spec.h"
 #include "cuda/rope/rope_math.cuh"
 
 namespace ropenorm::cuda {
 
-/// Lean QK-norm + RoPE backward of style kGptj with cos/sin tables of dtype C.
-template <typename T, typename C, bool kGptj>
+/// core::QkBwdLeanInstance::kLanes: kLanes lanes per head (D = 16 kLanes), every other fact at
+/// run time.
+template <int kLanes>
+using LeanLanes = LeanSpec<kLanes, LeanPositions::kAny, false, false>;
+
+/// Lean QK-norm + RoPE backward of style kGptj with cos/sin tables of dtype C and the facts Spec
+/// fixes (rope_lean_spec.h: lanes per head, positions, cos/sin rows; the weights are always
+/// staged, so a spec may not fix their dtype).
+template <typename T, typename C, bool kGptj, typename Spec = LeanAny>
 __global__ void __launch_bounds__(core::kQkBwdLeanThreads, core::kQkBwdLeanMinBlocks)
     qk_norm_rope_backward_lean_kernel(const QkNormRopeBackwardArgs args) {
+  static_assert(!Spec::kWeightsAsData, "the backward stages the weights in any dtype");
   constexpr int V = core::kRopeLeanVec;
   __shared__ __align__(16) float part[core::kQkBwdLeanThreads * 2 * V];  // [rows, D] dw
   constexpr int kMaxHeadDim = 2 * 32 * V;                                // 32 lanes of 8 pairs
   __shared__ __align__(16) float wf[2 * kMaxHeadDim];                    // (w + o) of q, of k
   const RopeKernelArgs& a = args.rope;
-  const int g = blockDim.x;
-  const int d_head = a.head_dim;
+  const int g = Spec::kLanes != 0 ? Spec::kLanes : static_cast<int>(blockDim.x);
+  const int d_head = Spec::kLanes != 0 ? 2 * V * Spec::kLanes : a.head_dim;  // R = D
   const int lane = (threadIdx.y * g + threadIdx.x) & 31;
   const unsigned mask = g == 32 ? 0xffffffffu : ((1u << g) - 1u) << (lane & ~(g - 1));
   const int heads = a.hq + a.hk;
@@ -59,7 +73,7 @@ __global__ void __launch_bounds__(core::kQkBwdLeanThreads, core::kQkBwdLeanMinBl
   const int local = is_q ? hh : hh - a.hq;
   const int i0 = static_cast<int>(threadIdx.x) * V;
   const int oa = kGptj ? 2 * i0 : i0;
-  const int ob = kGptj ? 2 * i0 + V : a.half + i0;
+  const int ob = kGptj ? 2 * i0 + V : d_head / 2 + i0;
   const float* rs = is_q ? args.q_rstd : args.k_rstd;
   const int64_t rs_heads = is_q ? a.hq : a.hk;
   float acc_a[V] = {}, acc_b[V] = {};
@@ -74,9 +88,11 @@ __global__ void __launch_bounds__(core::kQkBwdLeanThreads, core::kQkBwdLeanMinBl
     const int64_t t0 = static_cast<int64_t>(blockIdx.x) * args.tokens_per_block;
     const int64_t t_end =
         t0 + args.tokens_per_block < a.tokens ? t0 + args.tokens_per_block : a.tokens;
+    int64_t b = 0, s = 0;
+    if (t0 < t_end) rope_token_coords(a, t0, b, s);
+    int64_t p_next = t0 < t_end ? rope_lean_position<Spec>(a, b, s) : 0;
     for (int64_t t = t0; t < t_end; ++t) {
-      int64_t b, s;
-      rope_token_coords(a, t, b, s);
+      const int64_t p = p_next;
       const T* x = rope_head_ptr<T>(is_q ? a.q : a.k, b, s, local);
       const T* dy = rope_head_ptr<T>(is_q ? args.gq : args.gk, b, s, local);
       float r = rs != nullptr ? rs[t * rs_heads + local] : 0.0f;
@@ -85,13 +101,18 @@ __global__ void __launch_bounds__(core::kQkBwdLeanThreads, core::kQkBwdLeanMinBl
       load_raw<T, V>(x + ob, rxb);
       load_raw<T, V>(dy + oa, rga);
       load_raw<T, V>(dy + ob, rgb);
-      const int64_t p = a.source == RopeSource::kGathered ? 0 : rope_position(a, b, s);
       int64_t co, so;
-      rope_cos_sin_rows(a, p, b, s, co, so);
+      rope_lean_cos_sin_rows<Spec>(a, p, b, s, co, so);
       float c[V], sn[V];
       load_pack<C, V>(static_cast<const C*>(a.cos) + co + i0, c);
       load_pack<C, V>(static_cast<const C*>(a.sin) + so + i0, sn);
       rope_apply_direction<V>(a, sn);
+      T* dx = const_cast<T*>(rope_head_ptr<T>(is_q ? a.q_out : a.k_out, b, s, local));
+      if (++s == a.seq) {  // token t + 1 = (b, s); its position in flight with t's loads
+        s = 0;
+        ++b;
+      }
+      if (t + 1 < t_end) p_next = rope_lean_position<Spec>(a, b, s);
       float xa[V], xb[V], ga[V], gb[V];
       widen<T, V>(rxa, xa);
       widen<T, V>(rxb, xb);
@@ -129,7 +150,6 @@ __global__ void __launch_bounds__(core::kQkBwdLeanThreads, core::kQkBwdLeanMinBl
         acc_a[j] = qk_bwd_dw_add(acc_a[j], ga[j], xa[j]);
         acc_b[j] = qk_bwd_dw_add(acc_b[j], gb[j], xb[j]);
       }
-      T* dx = const_cast<T*>(rope_head_ptr<T>(is_q ? a.q_out : a.k_out, b, s, local));
       store_pack<T, V>(dx + oa, da);
       store_pack<T, V>(dx + ob, db);
     }

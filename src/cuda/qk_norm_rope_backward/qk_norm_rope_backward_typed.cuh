@@ -1,15 +1,17 @@
 // Per-dtype launch of the fused QK-norm + RoPE backward kernel: picks the instantiation for the
 // plan's vector width V and slots per lane KS (or, for a lean plan, the lean kernel for the
-// cos/sin table dtype and style) and launches it on the caller's stream. Included by
-// exactly one .cu per q/k dtype. The weight dtype, the cos/sin source and dtype, the style, the
-// saved-or-recomputed rstd and whether dw is wanted are run-time switches inside the kernel
-// (uniform branches). The pairs (V, KS) instantiated are those a head_dim <= 512 can need:
-// V * KS <= 8 (a lane holds at most 16 channels of a head vector).
+// cos/sin table dtype and style in the instance core::qk_bwd_lean_instance picks) and launches it
+// on the caller's stream. Included by exactly one .cu per q/k dtype. The weight dtype, the
+// cos/sin source and dtype, the style, the saved-or-recomputed rstd and whether dw is wanted
+// are run-time switches inside the kernel (uniform branches). The pairs (V, KS) instantiated are
+// those a head_dim <= 512 can need: V * KS <= 8 (a lane holds at most 16 channels of a head
+// vector).
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <string>
+#include <type_traits>
 
 #include "core/dispatch.h"
 #include "cuda/common/launch.h"
@@ -17,6 +19,7 @@
 #include "cuda/qk_norm_rope_backward/qk_norm_rope_backward_kernels.cuh"
 #include "cuda/qk_norm_rope_backward/qk_norm_rope_backward_lean_kernel.cuh"
 #include "cuda/qk_norm_rope_backward/qk_norm_rope_backward_typed.h"
+#include "cuda/rope/rope_lean_spec.h"
 #include "ropenorm/status.h"
 
 namespace ropenorm::cuda {
@@ -56,16 +59,23 @@ QkBwdKernel qk_bwd_kernel_for(int vec, int ks) {
   }
 }
 
-// The lean instance for the call's cos/sin table dtype and style (16-bit T), or nullptr.
+// The lean instance for the call's cos/sin table dtype, style and core::qk_bwd_lean_instance
+// (16-bit T, `lanes` lanes per head), or nullptr.
 template <typename T>
-QkBwdKernel qk_bwd_lean_kernel_for(const QkNormRopeBackwardArgs& a) {
+QkBwdKernel qk_bwd_lean_kernel_for(const QkNormRopeBackwardArgs& a, int lanes) {
   QkBwdKernel k = nullptr;
   if constexpr (sizeof(T) == 2) {
+    const bool fixed = core::qk_bwd_lean_instance(lanes) == core::QkBwdLeanInstance::kLanes;
     core::dispatch_float_dtype<f16, bf16>(
         a.rope.cs_dtype, "qk_norm_rope_backward", "cos/sin", [&](auto tag) -> Status {
           using C = typename decltype(tag)::type;
-          k = a.rope.gptj ? qk_norm_rope_backward_lean_kernel<T, C, true>
-                          : qk_norm_rope_backward_lean_kernel<T, C, false>;
+          auto pick = [&](auto gptj) -> QkBwdKernel {
+            constexpr bool G = decltype(gptj)::value;
+            if (!fixed) return qk_norm_rope_backward_lean_kernel<T, C, G, LeanAny>;
+            return lanes == 8 ? qk_norm_rope_backward_lean_kernel<T, C, G, LeanLanes<8>>
+                              : qk_norm_rope_backward_lean_kernel<T, C, G, LeanLanes<16>>;
+          };
+          k = a.rope.gptj ? pick(std::true_type{}) : pick(std::false_type{});
           return Status::Ok();
         });
   }
@@ -76,7 +86,7 @@ QkBwdKernel qk_bwd_lean_kernel_for(const QkNormRopeBackwardArgs& a) {
 template <typename T>
 QkBwdKernel qk_bwd_planned_kernel(const QkNormRopeBackwardArgs& a,
                                   const core::QkNormRopeBackwardPlan& plan) {
-  return plan.lean ? qk_bwd_lean_kernel_for<T>(a)
+  return plan.lean ? qk_bwd_lean_kernel_for<T>(a, plan.group)
                    : qk_bwd_kernel_for<T>(plan.vec, plan.slots_per_lane);
 }
 

@@ -63,6 +63,20 @@ __device__ __forceinline__ int64_t rope_lean_position(const RopeKernelArgs& a, i
   }
 }
 
+/// Where token (b, s)'s cos and sin rows start, its position being p: p * row when Spec fixes
+/// cos/sin rows indexed by position, else as rope_cos_sin_rows finds them.
+template <typename Spec>
+__device__ __forceinline__ void rope_lean_cos_sin_rows(const RopeKernelArgs& a, int64_t p,
+                                                       int64_t b, int64_t s, int64_t& co,
+                                                       int64_t& so) {
+  if constexpr (Spec::kRows) {
+    co = p * a.cos_row;
+    so = p * a.sin_row;
+  } else {
+    rope_cos_sin_rows(a, p, b, s, co, so);
+  }
+}
+
 /// Thread (x, y) of lean block (s, b): loads its head's two vectors, then the position and its
 /// pairs' c_i, s_i from tables of dtype C (the data loads in flight first); Spec: the facts
 /// fixed at compile time (rope_lean_spec.h).
@@ -83,12 +97,7 @@ __device__ __forceinline__ void rope_lean_load(const RopeKernelArgs& a, RopeLean
   load_raw<T, V>(x + it.ob, it.regs.x1);
   const int64_t p = rope_lean_position<Spec>(a, b, s);
   int64_t co, so;
-  if constexpr (Spec::kRows) {
-    co = p * a.cos_row;
-    so = p * a.sin_row;
-  } else {
-    rope_cos_sin_rows(a, p, b, s, co, so);
-  }
+  rope_lean_cos_sin_rows<Spec>(a, p, b, s, co, so);
   load_pack<C, V>(static_cast<const C*>(a.cos) + co + i0, it.c);
   load_pack<C, V>(static_cast<const C*>(a.sin) + so + i0, it.sn);
   rope_apply_direction<V>(a, it.sn);
