@@ -61,9 +61,8 @@ std::string describe(const QkNormRopeBackwardCase& c) {
 }
 
 QkNormRopeBackwardInputs make_inputs(const QkNormRopeBackwardCase& c) {
-  if (c.rope.batch != 0 || !c.rope.has_k || c.rope.layout == RopeLayout::kHfBhsd ||
-      c.rope.inverse) {
-    fatal("cases are [T, H, D] with k, separate or packed, forward parameters");
+  if (!c.rope.has_k || c.rope.layout == RopeLayout::kHfBhsd || c.rope.inverse) {
+    fatal("cases are [T, H, D] or [B, S, H, D] with k, separate or packed, forward parameters");
   }
   QkNormRopeBackwardInputs in;
   in.rope = make_inputs(c.rope);
@@ -126,9 +125,14 @@ QkNormRopeBackwardOutcome run_case(const QkNormRopeBackwardCase& bc,
   DeviceBuffer rq_buf = upload_at(rq.data(), rq.size() * 4, 0, 1);
   DeviceBuffer rk_buf = upload_at(rk.data(), rk.size() * 4, 0, 1);
   TensorRef q_rstd, k_rstd;
-  if (bc.with_rstd) {
-    q_rstd = TensorRef(rq_buf.get(), DType::kFloat32, {t, c.hq}, {c.hq, 1}, Device::cuda(0));
-    k_rstd = TensorRef(rk_buf.get(), DType::kFloat32, {t, c.hk}, {c.hk, 1}, Device::cuda(0));
+  if (bc.with_rstd) {  // the leading dims of q and k, then the heads
+    auto rstd_view = [&](void* p, int64_t heads) {
+      return c.batch > 0 ? TensorRef(p, DType::kFloat32, {c.batch, c.seq, heads},
+                                     {c.seq * heads, heads, 1}, Device::cuda(0))
+                         : TensorRef(p, DType::kFloat32, {t, heads}, {heads, 1}, Device::cuda(0));
+    };
+    q_rstd = rstd_view(rq_buf.get(), c.hq);
+    k_rstd = rstd_view(rk_buf.get(), c.hk);
   }
 
   // dw (one poisoned slack element each side) and the workspace (likewise).
@@ -155,8 +159,7 @@ QkNormRopeBackwardOutcome run_case(const QkNormRopeBackwardCase& bc,
   }
 
   // Weights, positions (explicit kinds, or arange + offset) and the cos/sin source.
-  const QkNormRopeDeviceInputs dev =
-      upload_qk_norm_rope_inputs(c, in.rope, in.wq, in.wk, "qk_norm_rope_backward case");
+  const QkNormRopeDeviceInputs dev = upload_qk_norm_rope_inputs(c, in.rope, in.wq, in.wk);
   RopeParams params;
   params.style = c.style;
   params.rotary_dim = c.rotary_dim;

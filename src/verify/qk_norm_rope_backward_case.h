@@ -20,7 +20,7 @@ namespace ropenorm::verify {
 struct QkNormRopeBackwardCase {
   /// Geometry, dtype, style, cos/sin source, positions, layout (kSeparate or kPackedQkv: q and k
   /// are views of one packed buffer, and so are dq_out / dk_out and dq / dk), in_place (dq is
-  /// dq_out). q is [T, Hq, D] (rope.batch must be 0), k is required, rope.inverse false.
+  /// dq_out). q is [T, Hq, D] or [B, S, Hq, D], k is required, rope.inverse false.
   RopeCase rope;
   DType w_dtype = DType::kFloat32;  ///< wq, wk, dwq and dwk dtype (wk, dwk: see wk_f32)
   float eps = 1e-6f;

@@ -94,8 +94,7 @@ QkNormRopeOutcome run_case(const QkNormRopeCase& qc, const QkNormRopeInputs& in)
   }
 
   // Weights, positions (explicit kinds, or arange + offset) and the cos/sin source.
-  const QkNormRopeDeviceInputs dev =
-      upload_qk_norm_rope_inputs(c, in.rope, in.wq, in.wk, "qk_norm_rope case");
+  const QkNormRopeDeviceInputs dev = upload_qk_norm_rope_inputs(c, in.rope, in.wq, in.wk);
   RopeParams params;
   params.style = c.style;
   params.rotary_dim = c.rotary_dim;

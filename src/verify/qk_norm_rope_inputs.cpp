@@ -1,9 +1,6 @@
 // Device copies of the inputs shared by the QK-norm + RoPE cases (see qk_norm_rope_inputs.h).
 #include "verify/qk_norm_rope_inputs.h"
 
-#include <cstdio>
-#include <cstdlib>
-
 #include "verify/rope_layout.h"
 
 namespace ropenorm::verify {
@@ -11,8 +8,7 @@ namespace ropenorm::verify {
 using namespace rope_layout;
 
 QkNormRopeDeviceInputs upload_qk_norm_rope_inputs(const RopeCase& c, const RopeInputs& in,
-                                                  const HostTensor& wq, const HostTensor& wk,
-                                                  const char* who) {
+                                                  const HostTensor& wq, const HostTensor& wk) {
   const int64_t t = c.tokens(), r = c.rot(), h = r / 2, d = c.head_dim;
   QkNormRopeDeviceInputs dev;
   dev.wq_buf = upload_at(wq.bytes.data(), wq.bytes.size(), 0, 1);
@@ -20,19 +16,33 @@ QkNormRopeDeviceInputs upload_qk_norm_rope_inputs(const RopeCase& c, const RopeI
   dev.wq = TensorRef(dev.wq_buf.get(), wq.dtype, {d}, {1}, Device::cuda(0));
   dev.wk = TensorRef(dev.wk_buf.get(), wk.dtype, {d}, {1}, Device::cuda(0));
 
-  // Positions (explicit kinds, or arange + offset).
+  // Positions (explicit kinds, or arange + offset and per-sequence offsets).
+  const int64_t b = c.batch > 0 ? c.batch : 1;
+  auto per_token = [&](void* p, DType dt, int64_t inner) {
+    if (c.batch > 0) {
+      return inner > 0 ? TensorRef(p, dt, {c.batch, c.seq, inner}, {c.seq * inner, inner, 1},
+                                   Device::cuda(0))
+                       : TensorRef(p, dt, {c.batch, c.seq}, {c.seq, 1}, Device::cuda(0));
+    }
+    return inner > 0 ? TensorRef(p, dt, {t, inner}, {inner, 1}, Device::cuda(0))
+                     : TensorRef(p, dt, {t}, {1}, Device::cuda(0));
+  };
   if (c.source != CosSinKind::kHfCosSinGathered) {
     if (c.pos_kind == RopePosKind::kI32 || c.pos_kind == RopePosKind::kI64) {
       const DType pdt = c.pos_kind == RopePosKind::kI32 ? DType::kInt32 : DType::kInt64;
       HostTensor ph(pdt, t);
       for (int64_t i = 0; i < t; ++i) ph.set(i, static_cast<double>(in.positions[i]));
       dev.pos_buf = upload_at(ph.bytes.data(), ph.bytes.size(), 0, 1);
-      dev.pos.positions = TensorRef(dev.pos_buf.get(), pdt, {t}, {1}, Device::cuda(0));
-    } else if (c.pos_kind == RopePosKind::kArange) {
-      dev.pos.offset = in.offset;
+      dev.pos.positions = per_token(dev.pos_buf.get(), pdt, 0);
     } else {
-      std::fprintf(stderr, "%s: positions: explicit or arange\n", who);
-      std::abort();
+      dev.pos.offset = in.offset;
+      if (c.pos_kind == RopePosKind::kArangeSeqOffs) {
+        const DType sdt = c.seq_offs_i64 ? DType::kInt64 : DType::kInt32;
+        HostTensor sh(sdt, b);
+        for (int64_t i = 0; i < b; ++i) sh.set(i, static_cast<double>(in.seq_offsets[i]));
+        dev.seq_buf = upload_at(sh.bytes.data(), sh.bytes.size(), 0, 1);
+        dev.pos.seq_offsets = TensorRef(dev.seq_buf.get(), sdt, {b}, {1}, Device::cuda(0));
+      }
     }
   }
 
@@ -49,9 +59,15 @@ QkNormRopeDeviceInputs upload_qk_norm_rope_inputs(const RopeCase& c, const RopeI
     case CosSinKind::kHfCosSinGathered: {
       dev.cos_buf = upload_at(in.cos.bytes.data(), in.cos.bytes.size(), 0, 1);
       dev.sin_buf = upload_at(in.sin.bytes.data(), in.sin.bytes.size(), 0, 1);
-      const int64_t rows = c.source == CosSinKind::kHfCosSin ? c.table_rows : t;
-      cs.cos = TensorRef(dev.cos_buf.get(), c.cs_dtype, {rows, r}, {r, 1}, Device::cuda(0));
-      cs.sin = TensorRef(dev.sin_buf.get(), c.cs_dtype, {rows, r}, {r, 1}, Device::cuda(0));
+      if (c.source == CosSinKind::kHfCosSin) {
+        cs.cos =
+            TensorRef(dev.cos_buf.get(), c.cs_dtype, {c.table_rows, r}, {r, 1}, Device::cuda(0));
+        cs.sin =
+            TensorRef(dev.sin_buf.get(), c.cs_dtype, {c.table_rows, r}, {r, 1}, Device::cuda(0));
+      } else {
+        cs.cos = per_token(dev.cos_buf.get(), c.cs_dtype, r);
+        cs.sin = per_token(dev.sin_buf.get(), c.cs_dtype, r);
+      }
       break;
     }
     case CosSinKind::kInvFreq:

@@ -13,17 +13,16 @@ namespace ropenorm::verify {
 
 /// The buffers (owned) and the views of them that the public API receives.
 struct QkNormRopeDeviceInputs {
-  DeviceBuffer wq_buf, wk_buf, pos_buf, cache_buf, cos_buf, sin_buf, inv_buf;
+  DeviceBuffer wq_buf, wk_buf, pos_buf, seq_buf, cache_buf, cos_buf, sin_buf, inv_buf;
   TensorRef wq, wk;  ///< [D] each, of the weights' dtype
   RopePositions pos;
   RopeCosSin cs;
 };
 
 /// Uploads wq and wk (each in its host tensor's dtype) and the case's positions and cos/sin
-/// source. A position kind other than explicit or arange aborts with "<who>: positions: explicit
-/// or arange".
+/// source, shaped by the case's leading dims ([T], or [B, S] when c.batch > 0: explicit
+/// positions, per-token gathered cos/sin; per-sequence offsets [B]).
 QkNormRopeDeviceInputs upload_qk_norm_rope_inputs(const RopeCase& c, const RopeInputs& in,
-                                                  const HostTensor& wq, const HostTensor& wk,
-                                                  const char* who);
+                                                  const HostTensor& wq, const HostTensor& wk);
 
 }  // namespace ropenorm::verify
