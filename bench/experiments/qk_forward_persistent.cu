@@ -15,7 +15,10 @@
 //    the elements that differ.
 // Cold-L2 CUDA-event medians at T = 4096, 16384 and 65536: the library's qk_norm_rope against the
 // experiment kernel at 2 blocks per multiprocessor without and with the prefetch, and at 3
-// blocks with it. Not part of the build:
+// blocks with it. At 3653989 (bench/results/qk-forward-persistent-3653989-nvidia-h200.log) the
+// first ran T = 65536 in 405.1 us against the lean kernel's 466.8, with the same bits, and the
+// prefetch did not matter, so the library has that form (core::QkKernel::kLeanRun) and the
+// "library" column is that kernel from then on. Not part of the build:
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90,code=sm_90 -Iinclude -Isrc \
 //        bench/experiments/qk_forward_persistent.cu build/libropenorm.a -o qk_forward_persistent
 #include <cuda_runtime.h>

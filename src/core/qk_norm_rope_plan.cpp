@@ -13,6 +13,17 @@ QkNormRopePlan plan_qk_norm_rope(const QkNormRopeFacts& f) {
   const bool vec16 = r.elem_size == 2 && r.vec == kQkVecChannels;
   if (vec16 && 2 * r.half == r.head_dim && r.half % kQkVecChannels == 0 &&
       power_of_two_upto_32(r.half / kQkVecChannels) && f.weights_aligned16) {
+    const int64_t lanes = r.half / kQkVecChannels;
+    if (f.allow_lean && rope_lean_shape(r) && r.tokens >= kQkLeanRunMinTokens &&
+        (lanes == 8 || lanes == 16) && lanes * r.heads <= kQkLeanRunThreads) {
+      p.kernel = QkKernel::kLeanRun;
+      p.rope = plan_rope_lean(r);
+      const int64_t cap =
+          f.sm_count > 0 ? int64_t{kQkLeanRunMinBlocks} * f.sm_count : kQkLeanRunMaxGrid;
+      p.grid = std::min(r.tokens, cap);
+      p.tokens_per_block = (r.tokens + p.grid - 1) / p.grid;
+      return p;
+    }
     if (f.allow_lean &&
         rope_lean(r, rope_lean_long_run_block(r) ? kQkLeanMaxTokens : kRopeLeanMaxTokens)) {
       p.kernel = QkKernel::kLean;

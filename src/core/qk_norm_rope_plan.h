@@ -29,6 +29,7 @@ struct QkNormRopeFacts {
   RopeLeanFacts rope;
   bool weights_aligned16 = false;  ///< wq and wk both 16-byte aligned
   bool allow_lean = true;          ///< false: never the lean kernel (tests comparing it with pair)
+  int sm_count = 0;                ///< multiprocessors of the device (<= 0: unknown)
 };
 
 /// Most tokens a lean QK-norm + RoPE launch whose block rope_lean_long_run_block accepts
@@ -37,11 +38,25 @@ struct QkNormRopeFacts {
 /// against 13.22 at 1024), within rope_lean's grid limits. Larger blocks: kRopeLeanMaxTokens.
 constexpr int64_t kQkLeanMaxTokens = INT64_MAX;
 
+/// Fewest tokens the lean-run kernel serves (H200, bf16, D 128, 32 + 8 heads, f32 cache,
+/// random int64 positions, bench/experiments/qk_forward_persistent.cu at 3653989: 28.90 us
+/// against the lean kernel's 32.29 at T = 4096, 106.2 against 118.5 at 16384, 405.1 against
+/// 466.8 at 65536).
+constexpr int64_t kQkLeanRunMinTokens = 4096;
+/// Threads per block of the lean-run kernel at most: its launch bound, with
+/// kQkLeanRunMinBlocks resident blocks per multiprocessor (96 registers; 3 blocks and 64
+/// registers spilled and measured slower).
+constexpr int kQkLeanRunThreads = 320;
+constexpr int kQkLeanRunMinBlocks = 2;
+/// The lean-run grid when the multiprocessor count is unknown.
+constexpr int64_t kQkLeanRunMaxGrid = 4096;
+
 enum class QkKernel {
-  kLean,    ///< the lean RoPE launch (one block per token, a head per thread row)
-  kPair,    ///< the RoPE kernel's layout plus the norm (16-bit, 16-byte accesses, R = D)
-  kVector,  ///< 8 contiguous channels per lane, the NeoX partner by shuffle (16-bit)
-  kScalar,  ///< any even D and alignment: a pair per lane slot, scalar accesses
+  kLeanRun,  ///< the lean layout over a persistent grid, each block a contiguous run of tokens
+  kLean,     ///< the lean RoPE launch (one block per token, a head per thread row)
+  kPair,     ///< the RoPE kernel's layout plus the norm (16-bit, 16-byte accesses, R = D)
+  kVector,   ///< 8 contiguous channels per lane, the NeoX partner by shuffle (16-bit)
+  kScalar,   ///< any even D and alignment: a pair per lane slot, scalar accesses
 };
 
 /// Kernel and launch shape.
@@ -52,10 +67,16 @@ struct QkNormRopePlan {
   int groups_per_token = 1;  ///< kVector: lane groups serving one token
   int slots_per_lane = 1;    ///< kScalar: KS in {1, 2, 4, 8}
   int threads = 32;          ///< kVector / kScalar: threads per block
-  int64_t grid = 1;          ///< kVector / kScalar: blocks (each loops over its tokens)
+  int64_t grid = 1;          ///< kVector / kScalar / kLeanRun: blocks (each loops over tokens)
+  int64_t tokens_per_block = 1;  ///< kLeanRun: C, block b owns tokens [b C, min(T, (b + 1) C))
 };
 
-/// The first kernel that applies, in the order lean, pair, vector, scalar:
+/// The first kernel that applies, in the order lean run, lean, pair, vector, scalar:
+///  - lean run (when allow_lean): what lean needs but its grid bounds, at least
+///    kQkLeanRunMinTokens tokens, 8 or 16 lanes per head (D 128 or 256) and at most
+///    kQkLeanRunThreads threads in the lean block (h / 8 lanes x Hq + Hk rows); grid
+///    min(T, kQkLeanRunMinBlocks x sm_count) (kQkLeanRunMaxGrid when sm_count is unknown),
+///    C = ceil(T / grid); block from plan_rope_lean;
 ///  - lean (when allow_lean): what pair needs, cos/sin loaded and rope_lean's thread and grid
 ///    bounds with kQkLeanMaxTokens for blocks rope_lean_long_run_block accepts, else with
 ///    kRopeLeanMaxTokens (the norm's butterfly runs over the h / 8 lanes of a thread row);

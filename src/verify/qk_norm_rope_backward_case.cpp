@@ -125,14 +125,9 @@ QkNormRopeBackwardOutcome run_case(const QkNormRopeBackwardCase& bc,
   DeviceBuffer rq_buf = upload_at(rq.data(), rq.size() * 4, 0, 1);
   DeviceBuffer rk_buf = upload_at(rk.data(), rk.size() * 4, 0, 1);
   TensorRef q_rstd, k_rstd;
-  if (bc.with_rstd) {  // the leading dims of q and k, then the heads
-    auto rstd_view = [&](void* p, int64_t heads) {
-      return c.batch > 0 ? TensorRef(p, DType::kFloat32, {c.batch, c.seq, heads},
-                                     {c.seq * heads, heads, 1}, Device::cuda(0))
-                         : TensorRef(p, DType::kFloat32, {t, heads}, {heads, 1}, Device::cuda(0));
-    };
-    q_rstd = rstd_view(rq_buf.get(), c.hq);
-    k_rstd = rstd_view(rk_buf.get(), c.hk);
+  if (bc.with_rstd) {
+    q_rstd = rstd_view(c, rq_buf.get(), c.hq);
+    k_rstd = rstd_view(c, rk_buf.get(), c.hk);
   }
 
   // dw (one poisoned slack element each side) and the workspace (likewise).

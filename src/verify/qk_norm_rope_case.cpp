@@ -42,8 +42,8 @@ std::string describe(const QkNormRopeCase& c) {
 }
 
 QkNormRopeInputs make_inputs(const QkNormRopeCase& c) {
-  if (c.rope.batch != 0 || !c.rope.has_k || c.rope.layout == RopeLayout::kHfBhsd) {
-    fatal("cases are [T, H, D] with k, separate or packed");
+  if (!c.rope.has_k || c.rope.layout == RopeLayout::kHfBhsd) {
+    fatal("cases are [T, H, D] or [B, S, H, D] with k, separate or packed");
   }
   QkNormRopeInputs in;
   in.rope = make_inputs(c.rope);
@@ -87,10 +87,8 @@ QkNormRopeOutcome run_case(const QkNormRopeCase& qc, const QkNormRopeInputs& in)
   rk_buf.poison();
   TensorRef q_rstd, k_rstd;
   if (qc.with_rstd) {
-    q_rstd = TensorRef(rq_buf.at(1, DType::kFloat32), DType::kFloat32, {t, c.hq}, {c.hq, 1},
-                       Device::cuda(0));
-    k_rstd = TensorRef(rk_buf.at(1, DType::kFloat32), DType::kFloat32, {t, c.hk}, {c.hk, 1},
-                       Device::cuda(0));
+    q_rstd = rstd_view(c, rq_buf.at(1, DType::kFloat32), c.hq);
+    k_rstd = rstd_view(c, rk_buf.at(1, DType::kFloat32), c.hk);
   }
 
   // Weights, positions (explicit kinds, or arange + offset) and the cos/sin source.

@@ -18,7 +18,7 @@ namespace ropenorm::verify {
 
 struct QkNormRopeCase {
   /// Geometry, dtype, style, cos/sin source, positions, layout (kSeparate or kPackedQkv),
-  /// in place. q is [T, Hq, D] (rope.batch must be 0) and k is required (rope.has_k).
+  /// in place. q is [T, Hq, D] or [B, S, Hq, D] and k is required (rope.has_k).
   RopeCase rope;
   DType w_dtype = DType::kFloat32;  ///< wq and wk dtype
   float eps = 1e-6f;

@@ -7,6 +7,14 @@ namespace ropenorm::verify {
 
 using namespace rope_layout;
 
+TensorRef rstd_view(const RopeCase& c, void* p, int64_t heads) {
+  if (c.batch > 0) {
+    return TensorRef(p, DType::kFloat32, {c.batch, c.seq, heads}, {c.seq * heads, heads, 1},
+                     Device::cuda(0));
+  }
+  return TensorRef(p, DType::kFloat32, {c.tokens(), heads}, {heads, 1}, Device::cuda(0));
+}
+
 QkNormRopeDeviceInputs upload_qk_norm_rope_inputs(const RopeCase& c, const RopeInputs& in,
                                                   const HostTensor& wq, const HostTensor& wk) {
   const int64_t t = c.tokens(), r = c.rot(), h = r / 2, d = c.head_dim;

@@ -19,6 +19,10 @@ struct QkNormRopeDeviceInputs {
   RopeCosSin cs;
 };
 
+/// An fp32 rstd view at p for `heads` heads per token: [T, heads], or [B, S, heads] when
+/// c.batch > 0 (the leading dims of q and k), contiguous.
+TensorRef rstd_view(const RopeCase& c, void* p, int64_t heads);
+
 /// Uploads wq and wk (each in its host tensor's dtype) and the case's positions and cos/sin
 /// source, shaped by the case's leading dims ([T], or [B, S] when c.batch > 0: explicit
 /// positions, per-token gathered cos/sin; per-sequence offsets [B]).

@@ -10,6 +10,7 @@
 #include <random>
 #include <vector>
 
+#include "core/qk_norm_rope_plan.h"
 #include "core/rope_plan.h"
 #include "gpu_util.h"
 #include "ropenorm/qk_norm_rope.h"
@@ -268,6 +269,68 @@ TEST(GpuQkNormRope, LeanKernelMatchesPairKernel) {
     if (v.pos_kind != RopePosKind::kArange) {  // a token alone would sit at position 0
       ASSERT_NO_FATAL_FAILURE(expect_token_alone_same_bits(c, in, a, 5));
     }
+  }
+}
+
+// The lean-run kernel (what the planner picks from kQkLeanRunMinTokens tokens for 8 or 16 lanes
+// and at most kQkLeanRunThreads threads) gives the pair kernel's bits and rstd (the same call with
+// the lean kernels disallowed): both styles and directions, f16 and bf16 data, f32 / bf16 / f16
+// tables (cache, Hugging Face table, per-token gathered), bf16 / f16 / f32 weights with an
+// offset, int64 / int32 / implicit positions with per-sequence offsets, in place, D 128 and 256,
+// one sequence and batches whose sequences end inside a block's run of tokens.
+TEST(GpuQkNormRope, LeanRunMatchesPairKernel) {
+  ROPENORM_REQUIRE_GPU();
+  struct Variant {
+    DType dtype;
+    RopeStyle style;
+    bool inverse;
+    CosSinKind source;
+    DType cs_dtype;
+    DType w_dtype;
+    int64_t head_dim, hq, hk;
+    RopePosKind pos_kind;
+    int64_t batch, seq;
+    bool in_place;
+  };
+  const Variant variants[] = {
+      {DType::kBFloat16, RopeStyle::kNeox, false, CosSinKind::kCache, DType::kFloat32,
+       DType::kBFloat16, 128, 32, 8, RopePosKind::kI64, 0, core::kQkLeanRunMinTokens + 3, false},
+      {DType::kFloat16, RopeStyle::kGptj, true, CosSinKind::kHfCosSin, DType::kFloat16,
+       DType::kFloat32, 128, 32, 8, RopePosKind::kI32, 3, 1501, false},
+      {DType::kBFloat16, RopeStyle::kNeox, false, CosSinKind::kHfCosSinGathered, DType::kBFloat16,
+       DType::kBFloat16, 256, 16, 4, RopePosKind::kI64, 2, 2101, true},
+      {DType::kBFloat16, RopeStyle::kGptj, false, CosSinKind::kCache, DType::kBFloat16,
+       DType::kFloat16, 128, 24, 8, RopePosKind::kArangeSeqOffs, 4, 1100, false},
+  };
+  uint64_t seed = 480;
+  for (const Variant& v : variants) {
+    QkNormRopeCase c;
+    c.rope.batch = v.batch;
+    c.rope.seq = v.seq;
+    c.rope.hq = v.hq;
+    c.rope.hk = v.hk;
+    c.rope.head_dim = v.head_dim;
+    c.rope.dtype = v.dtype;
+    c.rope.style = v.style;
+    c.rope.inverse = v.inverse;
+    c.rope.source = v.source;
+    c.rope.cs_dtype = v.cs_dtype;
+    c.rope.layout = RopeLayout::kPackedQkv;
+    c.rope.pos_kind = v.pos_kind;
+    c.rope.in_place = v.in_place;
+    c.rope.table_rows = 8192;
+    c.w_dtype = v.w_dtype;
+    c.weight_offset = 1.0f;
+    c.rope.seed = seed++;
+    const auto in = verify::make_inputs(c);
+    const auto a = expect_pass(c, in);
+    QkNormRopeCase pair = c;
+    pair.allow_lean = false;
+    const auto b = expect_pass(pair, in);
+    ASSERT_EQ(a.q_out.bytes, b.q_out.bytes) << a.summary;
+    ASSERT_EQ(a.k_out.bytes, b.k_out.bytes) << a.summary;
+    ASSERT_EQ(a.q_rstd, b.q_rstd) << a.summary;
+    ASSERT_EQ(a.k_rstd, b.k_rstd) << a.summary;
   }
 }
 

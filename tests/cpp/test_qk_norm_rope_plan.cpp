@@ -58,9 +58,9 @@ TEST(CpuQkNormRopePlan, LeanKernelForShortRunsWithLoadedCosSin) {
             QkKernel::kPair);
   EXPECT_EQ(plan_qk_norm_rope(facts(65536, 32, 256, 256, 8, 2, true, true)).kernel,
             QkKernel::kLean);
-  p = plan_qk_norm_rope(facts(65536, 40, 128, 128, 8, 2, true, true));
+  p = plan_qk_norm_rope(facts(kQkLeanRunMinTokens - 1, 40, 128, 128, 8, 2, true, true));
   EXPECT_EQ(p.kernel, QkKernel::kLean);
-  EXPECT_EQ(p.rope.grid, 65536);
+  EXPECT_EQ(p.rope.grid, kQkLeanRunMinTokens - 1);
   EXPECT_EQ(p.rope.head_groups, 1);
   // Computed cos/sin, more threads than a block, the lean kernel disallowed: the pair kernel.
   EXPECT_EQ(plan_qk_norm_rope(facts(1, 40, 128, 128, 8, 2, true, false)).kernel, QkKernel::kPair);
@@ -81,20 +81,60 @@ TEST(CpuQkNormRopePlan, LeanKernelForShortRunsWithLoadedCosSin) {
   p = plan_qk_norm_rope(f);
   EXPECT_EQ(p.rope.grid, kRopeLeanMaxTokens);
   EXPECT_EQ(p.rope.head_groups, 1);
-  // B = T / S within gridDim.y's limit: 65535 sequences of one token are lean, 65536 are not.
-  f = facts(kRopeMaxHeadGroups, 40, 128, 128, 8, 2, true, true);
+  // B = T / S within gridDim.y's limit: 65535 sequences of one token are lean, 65536 are not
+  // (blocks past kQkLeanRunThreads: 16 lanes x 32 heads; the lean run has no such limit).
+  f = facts(kRopeMaxHeadGroups, 32, 256, 256, 8, 2, true, true);
   f.rope.seq = 1;
   p = plan_qk_norm_rope(f);
   EXPECT_EQ(p.kernel, QkKernel::kLean);
   EXPECT_EQ(p.rope.head_groups, kRopeMaxHeadGroups);
-  f = facts(kRopeMaxHeadGroups + 1, 40, 128, 128, 8, 2, true, true);
+  f = facts(kRopeMaxHeadGroups + 1, 32, 256, 256, 8, 2, true, true);
   f.rope.seq = 1;
   EXPECT_EQ(plan_qk_norm_rope(f).kernel, QkKernel::kPair);
+  f = facts(kRopeMaxHeadGroups + 1, 40, 128, 128, 8, 2, true, true);
+  f.rope.seq = 1;
+  EXPECT_EQ(plan_qk_norm_rope(f).kernel, QkKernel::kLeanRun);
   // Where the pair kernel does not apply, neither does the lean one.
   EXPECT_EQ(plan_qk_norm_rope(facts(1, 40, 128, 64, 8, 2, true, true)).kernel, QkKernel::kVector);
   EXPECT_EQ(plan_qk_norm_rope(facts(1, 40, 128, 128, 8, 2, false, true)).kernel, QkKernel::kVector);
   EXPECT_EQ(plan_qk_norm_rope(facts(1, 40, 96, 96, 8, 2, true, true)).kernel, QkKernel::kScalar);
   EXPECT_EQ(plan_qk_norm_rope(facts(1, 40, 128, 128, 4, 4, true, true)).kernel, QkKernel::kScalar);
+}
+
+TEST(CpuQkNormRopePlan, LeanRunForLongRuns) {
+  // From kQkLeanRunMinTokens tokens, 8 or 16 lanes, at most kQkLeanRunThreads threads: a
+  // persistent grid of kQkLeanRunMinBlocks blocks per multiprocessor over runs of C tokens.
+  QkNormRopeFacts f = facts(65536, 40, 128, 128, 8, 2, true, true);
+  f.sm_count = 132;
+  QkNormRopePlan p = plan_qk_norm_rope(f);
+  EXPECT_EQ(p.kernel, QkKernel::kLeanRun);
+  EXPECT_EQ(p.rope.bx, 8);
+  EXPECT_EQ(p.rope.by, 40);
+  EXPECT_EQ(p.rope.bz, 1);
+  EXPECT_EQ(p.grid, 264);
+  EXPECT_EQ(p.tokens_per_block, 249);  // ceil(65536 / 264)
+  f.sm_count = 0;                      // unknown: the largest grid
+  p = plan_qk_norm_rope(f);
+  EXPECT_EQ(p.grid, kQkLeanRunMaxGrid);
+  EXPECT_EQ(p.tokens_per_block, 16);
+  f = facts(kQkLeanRunMinTokens, 20, 256, 256, 8, 2, true, true);  // 16 lanes x 20 heads
+  f.sm_count = 132;
+  f.rope.seq = 1000;  // sequences ending inside runs: the kernel advances (b, s) itself
+  p = plan_qk_norm_rope(f);
+  EXPECT_EQ(p.kernel, QkKernel::kLeanRun);
+  EXPECT_EQ(p.rope.bx, 16);
+  EXPECT_EQ(p.grid * p.tokens_per_block >= kQkLeanRunMinTokens, true);
+  // Too few tokens, other lanes, too many threads, no lean shape, the lean kernel disallowed.
+  f = facts(kQkLeanRunMinTokens - 1, 40, 128, 128, 8, 2, true, true);
+  EXPECT_EQ(plan_qk_norm_rope(f).kernel, QkKernel::kLean);
+  EXPECT_EQ(plan_qk_norm_rope(facts(65536, 40, 64, 64, 8, 2, true, true)).kernel, QkKernel::kLean);
+  EXPECT_EQ(plan_qk_norm_rope(facts(65536, 41, 128, 128, 8, 2, true, true)).kernel,
+            QkKernel::kLean);
+  EXPECT_EQ(plan_qk_norm_rope(facts(65536, 40, 128, 128, 8, 2, true, false)).kernel,
+            QkKernel::kPair);
+  f = facts(65536, 40, 128, 128, 8, 2, true, true);
+  f.allow_lean = false;
+  EXPECT_EQ(plan_qk_norm_rope(f).kernel, QkKernel::kPair);
 }
 
 TEST(CpuQkNormRopePlan, VectorKernelWhenThePairKernelDoesNotApply) {

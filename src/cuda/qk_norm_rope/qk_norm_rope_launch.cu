@@ -12,6 +12,7 @@
 #include "core/qk_norm_rope_validate.h"
 #include "core/rope_validate.h"
 #include "cuda/common/dtype.cuh"
+#include "cuda/common/launch.h"
 #include "cuda/qk_norm_rope/qk_norm_rope_host.h"
 #include "cuda/qk_norm_rope/qk_norm_rope_run.h"
 #include "cuda/qk_norm_rope/qk_norm_rope_typed.h"
@@ -42,6 +43,7 @@ Status run_qk_norm_rope(const core::QkNormRopeCall& c, bool allow_lean, Stream s
   core::QkNormRopeFacts facts;
   fill_qk_norm_rope_args(c, g, &qa, &facts);
   facts.allow_lean = allow_lean;
+  facts.sm_count = device_sm_count();
   const core::QkNormRopePlan plan = core::plan_qk_norm_rope(facts);
   qa.group = plan.group;
   qa.groups_per_token = plan.groups_per_token;

@@ -17,8 +17,15 @@
 // Each lane writes exactly the channels it read, after the whole head was read (the butterfly
 // follows every load), so in place is safe. The kernel waits for the previous kernel on the
 // stream (programmatic dependent launch) before its first global memory access.
+//
+// Lean-run kernel (core::QkKernel::kLeanRun, long runs): the same thread layout over a
+// persistent grid (grid gx, block (g, Hq + Hk), g = 8 or 16 fixed at compile time): block bx
+// owns the contiguous tokens [bx C, min(T, (bx + 1) C)), one per round, (b, s) advancing by one
+// token per round; each thread loads its 16 weights once, and per token runs the lean kernel's
+// loads (data, then position and cos/sin) and qk_pair_head, so its bits are the lean kernel's.
 #pragma once
 
+#include <cstdint>
 #include <type_traits>
 
 #include "core/qk_norm_rope_plan.h"
@@ -63,6 +70,60 @@ __global__ void __launch_bounds__(Spec::kMaxThreads)
           f1[i] = w1[i];
         }
       });
+}
+
+/// Lean-run QK-norm + RoPE of style kGptj with cos/sin tables of dtype C, Spec::kLanes lanes per
+/// head (8 or 16) and the other facts Spec fixes; C tokens per block (tokens_per_block).
+template <typename T, typename C, bool kGptj, typename Spec>
+__global__ void __launch_bounds__(core::kQkLeanRunThreads, core::kQkLeanRunMinBlocks)
+    qk_norm_rope_lean_run_kernel(const QkNormRopeArgs args, int64_t tokens_per_block) {
+  static_assert(Spec::kLanes == 8 || Spec::kLanes == 16, "the lean run fixes the lanes");
+  constexpr int g = Spec::kLanes;
+  constexpr int V = core::kRopeLeanVec;
+  constexpr int kD = 2 * g * V;
+  const RopeKernelArgs& a = args.rope;
+  const int lane = (threadIdx.y * g + threadIdx.x) & 31;
+  const unsigned mask = g == 32 ? 0xffffffffu : ((1u << g) - 1u) << (lane & ~(g - 1));
+  const int hh = static_cast<int>(threadIdx.y);
+  const bool is_q = hh < a.hq;
+  const int head = is_q ? hh : hh - a.hq;
+  const int i0 = static_cast<int>(threadIdx.x) * V;
+  const int oa = kGptj ? 2 * i0 : i0;
+  const int ob = kGptj ? 2 * i0 + V : kD / 2 + i0;
+  griddep_wait();
+  float w0[V], w1[V];
+  qk_head_weights<V, std::conditional_t<Spec::kWeightsAsData, T, void>>(args, hh, oa, ob, w0, w1);
+  const int64_t t0 = static_cast<int64_t>(blockIdx.x) * tokens_per_block;
+  const int64_t t_end = t0 + tokens_per_block < a.tokens ? t0 + tokens_per_block : a.tokens;
+  int64_t b = 0, s = 0;
+  if (t0 < t_end) rope_token_coords(a, t0, b, s);
+  for (int64_t t = t0; t < t_end; ++t) {
+    const T* x = rope_head_ptr<T>(is_q ? a.q : a.k, b, s, head);
+    T* y = const_cast<T*>(rope_head_ptr<T>(is_q ? a.q_out : a.k_out, b, s, head));
+    RopeHeadRegs<T, V> regs;
+    load_raw<T, V>(x + oa, regs.x0);
+    load_raw<T, V>(x + ob, regs.x1);
+    const int64_t p = rope_lean_position<Spec>(a, b, s);
+    int64_t co, so;
+    rope_lean_cos_sin_rows<Spec>(a, p, b, s, co, so);
+    float c[V], sn[V];
+    load_pack<C, V>(static_cast<const C*>(a.cos) + co + i0, c);
+    load_pack<C, V>(static_cast<const C*>(a.sin) + so + i0, sn);
+    rope_apply_direction<V>(a, sn);
+    qk_pair_head<T, V, kGptj, kD>(
+        args, [&] { return y; }, t, hh, oa, ob, regs, c, sn, mask, g,
+        [&](float(&f0)[V], float(&f1)[V]) {
+#pragma unroll
+          for (int i = 0; i < V; ++i) {
+            f0[i] = w0[i];
+            f1[i] = w1[i];
+          }
+        });
+    if (++s == a.seq) {
+      s = 0;
+      ++b;
+    }
+  }
 }
 
 }  // namespace ropenorm::cuda

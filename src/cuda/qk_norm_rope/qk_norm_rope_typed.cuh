@@ -4,14 +4,16 @@
 // inside the kernels (uniform branches), and so is the cos/sin table dtype except in the lean
 // kernel, where it is a template argument: each dtype has four scalar kernels (slots per lane
 // 1, 2, 4, 8) and, for 16-bit types, the vector kernel, the pair kernel per style (single-round
-// or looping) and the lean kernel per style and cos/sin table dtype in the instances
+// or looping), the lean kernel per style and cos/sin table dtype in the instances
 // core::qk_lean_instance picks (LeanDecode for int64 and int32 positions, LeanLanesWeights for
-// 8 and 16 lanes, LeanAny).
+// 8 and 16 lanes, LeanAny) and the lean-run kernel per style and table dtype for 8 and 16 lanes
+// (LeanLanes).
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <string>
+#include <type_traits>
 
 #include "core/checks.h"
 #include "cuda/common/pdl.cuh"
@@ -28,7 +30,27 @@ Status launch_qk_norm_rope_typed(const QkNormRopeArgs& a, const core::QkNormRope
   const dim3 grid(static_cast<unsigned>(plan.grid));
   const dim3 block(static_cast<unsigned>(plan.threads));
   cudaError_t err = cudaSuccess;
-  if (plan.kernel == core::QkKernel::kLean) {
+  if (plan.kernel == core::QkKernel::kLeanRun) {
+    if constexpr (sizeof(T) == 2) {
+      const Status picked = core::dispatch_float_dtype<f16, bf16>(
+          a.rope.cs_dtype, "qk_norm_rope", "cos/sin", [&](auto tag) -> Status {
+            using C = typename decltype(tag)::type;
+            auto pick = [&](auto gptj) {
+              constexpr bool G = decltype(gptj)::value;
+              return plan.rope.bx == 8 ? qk_norm_rope_lean_run_kernel<T, C, G, LeanLanes<8>>
+                                       : qk_norm_rope_lean_run_kernel<T, C, G, LeanLanes<16>>;
+            };
+            const auto kernel = a.rope.gptj ? pick(std::true_type{}) : pick(std::false_type{});
+            err =
+                launch_with_pdl(kernel, dim3(static_cast<unsigned>(plan.grid)),
+                                rope_launch_block(plan.rope), 0, stream, a, plan.tokens_per_block);
+            return Status::Ok();
+          });
+      if (!picked.ok()) return picked;
+    } else {
+      return Status(StatusCode::kUnsupported, "qk_norm_rope: no lean-run kernel for 32-bit q/k");
+    }
+  } else if (plan.kernel == core::QkKernel::kLean) {
     if constexpr (sizeof(T) == 2) {
       core::QkLeanInstanceFacts f;
       f.tokens = a.rope.tokens;

@@ -46,11 +46,6 @@
 
 namespace ropenorm::cuda {
 
-/// core::QkBwdLeanInstance::kLanes: kLanes lanes per head (D = 16 kLanes), every other fact at
-/// run time.
-template <int kLanes>
-using LeanLanes = LeanSpec<kLanes, LeanPositions::kAny, false, false>;
-
 /// Lean QK-norm + RoPE backward of style kGptj with cos/sin tables of dtype C and the facts Spec
 /// fixes (rope_lean_spec.h: lanes per head, positions, cos/sin rows; the weights are always
 /// staged, so a spec may not fix their dtype).

@@ -33,4 +33,9 @@ using LeanAny = LeanSpec<0, LeanPositions::kAny, false, false>;
 /// RoPE: cos/sin rows indexed by position (RopeSource kCache or kTable).
 using LeanRows = LeanSpec<0, LeanPositions::kAny, true, false>;
 
+/// QK-norm + RoPE: kLanes lanes per head (D = 16 kLanes), every other fact at run time (the
+/// lean-run forward and core::QkBwdLeanInstance::kLanes).
+template <int kLanes>
+using LeanLanes = LeanSpec<kLanes, LeanPositions::kAny, false, false>;
+
 }  // namespace ropenorm::cuda
