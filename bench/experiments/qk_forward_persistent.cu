@@ -26,6 +26,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <random>
 #include <vector>
 
@@ -34,6 +35,7 @@
 #include "cuda/common/pdl.cuh"
 #include "cuda/qk_norm_rope/qk_norm_rope_host.h"
 #include "cuda/qk_norm_rope/qk_norm_rope_kernels.cuh"
+#include "cuda/qk_norm_rope/qk_norm_rope_lean_kernel.cuh"
 #include "decode_inputs.cuh"
 #include "experiment_timing.cuh"
 #include "ropenorm/qk_norm_rope.h"
@@ -164,6 +166,18 @@ int main() {
     const auto v2 = persistent(persistent_qk_kernel<2, false>, 2);
     const auto v2p = persistent(persistent_qk_kernel<2, true>, 2);
     const auto v3p = persistent(persistent_qk_kernel<3, true>, 3);
+    // The library's lean-run kernel in its two instances, on the library's arguments.
+    auto library_run = [&](auto kernel) {
+      return [&, kernel] {
+        const int64_t grid = std::min<int64_t>(t, int64_t{sms} * core::kQkLeanRunMinBlocks);
+        CK(launch_with_pdl(kernel, dim3(static_cast<unsigned>(grid)), dim3(kLanes, kHeads), 0,
+                           nullptr, qa, (t + grid - 1) / grid));
+      };
+    };
+    const auto r_lanes =
+        library_run(qk_norm_rope_lean_run_kernel<bf16, float, false, LeanLanes<8>>);
+    const auto r_i64 =
+        library_run(qk_norm_rope_lean_run_kernel<bf16, float, false, LeanRowsI64<8>>);
     const size_t nq = t * kHq * kD, nk = t * kHk * kD;
     CK(cudaMemset(yq, 0xff, qn * 2));
     CK(cudaMemset(yk, 0xff, kn * 2));
@@ -171,9 +185,11 @@ int main() {
     CK(cudaDeviceSynchronize());
     const auto ref_q = to_host16(yq, nq), ref_k = to_host16(yk, nk);
     const auto ref_rq = to_host32(rq, t * kHq), ref_rk = to_host32(rk, t * kHk);
-    const char* names[3] = {"2 blocks", "2 blocks prefetch", "3 blocks prefetch"};
+    const std::function<void()> vs[5] = {v2, v2p, v3p, r_lanes, r_i64};
+    const char* names[5] = {"2 blocks", "2 blocks prefetch", "3 blocks prefetch", "run lanes",
+                            "run i64 rows"};
     int vi = 0;
-    for (const auto* v : {&v2, &v2p, &v3p}) {
+    for (const auto* v : {&vs[0], &vs[1], &vs[2], &vs[3], &vs[4]}) {
       CK(cudaMemset(yq2, 0xff, qn * 2));
       CK(cudaMemset(yk2, 0xff, kn * 2));
       CK(cudaMemset(rq2, 0xff, max_t * kHq * 4));
@@ -195,9 +211,9 @@ int main() {
     const float t_lib = time_med(lib, true);
     std::printf(
         "T=%5lld cold: library %8.2f us (%6.0f GB/s) | 2 blocks %8.2f | 2 blocks prefetch %8.2f | "
-        "3 blocks prefetch %8.2f us\n",
+        "3 blocks prefetch %8.2f | library run lanes %8.2f | library run i64 rows %8.2f us\n",
         static_cast<long long>(t), t_lib, bytes / t_lib / 1e3, time_med(v2, true),
-        time_med(v2p, true), time_med(v3p, true));
+        time_med(v2p, true), time_med(v3p, true), time_med(r_lanes, true), time_med(r_i64, true));
   }
   return 0;
 }

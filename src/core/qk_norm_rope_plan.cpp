@@ -73,4 +73,9 @@ QkLeanInstance qk_lean_instance(const QkLeanInstanceFacts& f) {
   return QkLeanInstance::kLanesWeights;
 }
 
+QkLeanRunInstance qk_lean_run_instance(bool cos_sin_rows, int explicit_position_bits) {
+  return cos_sin_rows && explicit_position_bits == 64 ? QkLeanRunInstance::kLanesRowsI64
+                                                      : QkLeanRunInstance::kLanes;
+}
+
 }  // namespace ropenorm::core

@@ -137,6 +137,13 @@ TEST(CpuQkNormRopePlan, LeanRunForLongRuns) {
   EXPECT_EQ(plan_qk_norm_rope(f).kernel, QkKernel::kPair);
 }
 
+TEST(CpuQkNormRopePlan, LeanRunInstance) {
+  EXPECT_EQ(qk_lean_run_instance(true, 64), QkLeanRunInstance::kLanesRowsI64);
+  EXPECT_EQ(qk_lean_run_instance(true, 32), QkLeanRunInstance::kLanes);
+  EXPECT_EQ(qk_lean_run_instance(true, 0), QkLeanRunInstance::kLanes);
+  EXPECT_EQ(qk_lean_run_instance(false, 64), QkLeanRunInstance::kLanes);  // gathered rows
+}
+
 TEST(CpuQkNormRopePlan, VectorKernelWhenThePairKernelDoesNotApply) {
   // Partial rotary.
   QkNormRopePlan p = plan_qk_norm_rope(facts(1024, 40, 128, 64));

@@ -35,8 +35,17 @@ Status launch_qk_norm_rope_typed(const QkNormRopeArgs& a, const core::QkNormRope
       const Status picked = core::dispatch_float_dtype<f16, bf16>(
           a.rope.cs_dtype, "qk_norm_rope", "cos/sin", [&](auto tag) -> Status {
             using C = typename decltype(tag)::type;
+            const bool rows_i64 =
+                core::qk_lean_run_instance(rope_rows_by_position(a.rope), a.rope.pos == nullptr ? 0
+                                                                          : a.rope.pos_i64      ? 64
+                                                                                           : 32) ==
+                core::QkLeanRunInstance::kLanesRowsI64;
             auto pick = [&](auto gptj) {
               constexpr bool G = decltype(gptj)::value;
+              if (rows_i64) {
+                return plan.rope.bx == 8 ? qk_norm_rope_lean_run_kernel<T, C, G, LeanRowsI64<8>>
+                                         : qk_norm_rope_lean_run_kernel<T, C, G, LeanRowsI64<16>>;
+              }
               return plan.rope.bx == 8 ? qk_norm_rope_lean_run_kernel<T, C, G, LeanLanes<8>>
                                        : qk_norm_rope_lean_run_kernel<T, C, G, LeanLanes<16>>;
             };

@@ -38,4 +38,9 @@ using LeanRows = LeanSpec<0, LeanPositions::kAny, true, false>;
 template <int kLanes>
 using LeanLanes = LeanSpec<kLanes, LeanPositions::kAny, false, false>;
 
+/// QK-norm + RoPE lean run, core::QkLeanRunInstance::kLanesRowsI64: kLanes lanes per head,
+/// int64 explicit positions, cos/sin rows by position; the weights' dtype at run time.
+template <int kLanes>
+using LeanRowsI64 = LeanSpec<kLanes, LeanPositions::kInt64, true, false>;
+
 }  // namespace ropenorm::cuda
