@@ -103,13 +103,8 @@ __global__ void __launch_bounds__(core::kQkLeanRunThreads, core::kQkLeanRunMinBl
     RopeHeadRegs<T, V> regs;
     load_raw<T, V>(x + oa, regs.x0);
     load_raw<T, V>(x + ob, regs.x1);
-    const int64_t p = rope_lean_position<Spec>(a, b, s);
-    int64_t co, so;
-    rope_lean_cos_sin_rows<Spec>(a, p, b, s, co, so);
     float c[V], sn[V];
-    load_pack<C, V>(static_cast<const C*>(a.cos) + co + i0, c);
-    load_pack<C, V>(static_cast<const C*>(a.sin) + so + i0, sn);
-    rope_apply_direction<V>(a, sn);
+    rope_lean_cos_sin<C, V, Spec>(a, rope_lean_position<Spec>(a, b, s), b, s, i0, c, sn);
     qk_pair_head<T, V, kGptj, kD>(
         args, [&] { return y; }, t, hh, oa, ob, regs, c, sn, mask, g,
         [&](float(&f0)[V], float(&f1)[V]) {

@@ -77,6 +77,19 @@ __device__ __forceinline__ void rope_lean_cos_sin_rows(const RopeKernelArgs& a, 
   }
 }
 
+/// c_i, s_i of pairs i0 .. i0 + V - 1 of token (b, s) at position p from tables of dtype C, at
+/// the rows rope_lean_cos_sin_rows<Spec> finds (s_i negated for the inverse rotation).
+template <typename C, int V, typename Spec>
+__device__ __forceinline__ void rope_lean_cos_sin(const RopeKernelArgs& a, int64_t p, int64_t b,
+                                                  int64_t s, int i0, float (&c)[V],
+                                                  float (&sn)[V]) {
+  int64_t co, so;
+  rope_lean_cos_sin_rows<Spec>(a, p, b, s, co, so);
+  load_pack<C, V>(static_cast<const C*>(a.cos) + co + i0, c);
+  load_pack<C, V>(static_cast<const C*>(a.sin) + so + i0, sn);
+  rope_apply_direction<V>(a, sn);
+}
+
 /// Thread (x, y) of lean block (s, b): loads its head's two vectors, then the position and its
 /// pairs' c_i, s_i from tables of dtype C (the data loads in flight first); Spec: the facts
 /// fixed at compile time (rope_lean_spec.h).
@@ -95,12 +108,7 @@ __device__ __forceinline__ void rope_lean_load(const RopeKernelArgs& a, RopeLean
   it.y = const_cast<T*>(rope_head_ptr<T>(is_q ? a.q_out : a.k_out, b, s, head));
   load_raw<T, V>(x + it.oa, it.regs.x0);
   load_raw<T, V>(x + it.ob, it.regs.x1);
-  const int64_t p = rope_lean_position<Spec>(a, b, s);
-  int64_t co, so;
-  rope_lean_cos_sin_rows<Spec>(a, p, b, s, co, so);
-  load_pack<C, V>(static_cast<const C*>(a.cos) + co + i0, it.c);
-  load_pack<C, V>(static_cast<const C*>(a.sin) + so + i0, it.sn);
-  rope_apply_direction<V>(a, it.sn);
+  rope_lean_cos_sin<C, V, Spec>(a, rope_lean_position<Spec>(a, b, s), b, s, i0, it.c, it.sn);
 }
 
 /// Lean RoPE (forward or inverse, a.inverse) of style kGptj with cos/sin tables of dtype C and
