@@ -17,11 +17,12 @@ QkNormRopePlan plan_qk_norm_rope(const QkNormRopeFacts& f) {
     if (f.allow_lean && rope_lean_shape(r) && r.tokens >= kQkLeanRunMinTokens &&
         (lanes == 8 || lanes == 16) && lanes * r.heads <= kQkLeanRunThreads) {
       p.kernel = QkKernel::kLeanRun;
-      p.rope = plan_rope_lean(r);
+      p.rope = plan_rope_lean(r);  // its block; the grid is the run's
       const int64_t cap =
           f.sm_count > 0 ? int64_t{kQkLeanRunMinBlocks} * f.sm_count : kQkLeanRunMaxGrid;
-      p.grid = std::min(r.tokens, cap);
-      p.tokens_per_block = (r.tokens + p.grid - 1) / p.grid;
+      p.rope.grid = std::min(r.tokens, cap);
+      p.rope.head_groups = 1;
+      p.tokens_per_block = (r.tokens + p.rope.grid - 1) / p.rope.grid;
       return p;
     }
     if (f.allow_lean &&

@@ -62,21 +62,21 @@ enum class QkKernel {
 /// Kernel and launch shape.
 struct QkNormRopePlan {
   QkKernel kernel = QkKernel::kScalar;
-  RopePlan rope;             ///< kLean / kPair: block (bx, by, bz), grid, single-round
+  RopePlan rope;             ///< kLeanRun / kLean / kPair: block (bx, by, bz), grid, single-round
   int group = 1;             ///< kVector / kScalar: lanes per head vector (a power of two <= 32)
   int groups_per_token = 1;  ///< kVector: lane groups serving one token
   int slots_per_lane = 1;    ///< kScalar: KS in {1, 2, 4, 8}
   int threads = 32;          ///< kVector / kScalar: threads per block
-  int64_t grid = 1;          ///< kVector / kScalar / kLeanRun: blocks (each loops over tokens)
+  int64_t grid = 1;          ///< kVector / kScalar: blocks (each loops over its tokens)
   int64_t tokens_per_block = 1;  ///< kLeanRun: C, block b owns tokens [b C, min(T, (b + 1) C))
 };
 
 /// The first kernel that applies, in the order lean run, lean, pair, vector, scalar:
 ///  - lean run (when allow_lean): what lean needs but its grid bounds, at least
 ///    kQkLeanRunMinTokens tokens, 8 or 16 lanes per head (D 128 or 256) and at most
-///    kQkLeanRunThreads threads in the lean block (h / 8 lanes x Hq + Hk rows); grid
-///    min(T, kQkLeanRunMinBlocks x sm_count) (kQkLeanRunMaxGrid when sm_count is unknown),
-///    C = ceil(T / grid); block from plan_rope_lean;
+///    kQkLeanRunThreads threads in the lean block (h / 8 lanes x Hq + Hk rows); block from
+///    plan_rope_lean, rope.grid min(T, kQkLeanRunMinBlocks x sm_count) (kQkLeanRunMaxGrid when
+///    sm_count is unknown) with one head group, C = ceil(T / rope.grid);
 ///  - lean (when allow_lean): what pair needs, cos/sin loaded and rope_lean's thread and grid
 ///    bounds with kQkLeanMaxTokens for blocks rope_lean_long_run_block accepts, else with
 ///    kRopeLeanMaxTokens (the norm's butterfly runs over the h / 8 lanes of a thread row);

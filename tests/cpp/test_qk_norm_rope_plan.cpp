@@ -111,11 +111,12 @@ TEST(CpuQkNormRopePlan, LeanRunForLongRuns) {
   EXPECT_EQ(p.rope.bx, 8);
   EXPECT_EQ(p.rope.by, 40);
   EXPECT_EQ(p.rope.bz, 1);
-  EXPECT_EQ(p.grid, 264);
+  EXPECT_EQ(p.rope.grid, 264);
+  EXPECT_EQ(p.rope.head_groups, 1);
   EXPECT_EQ(p.tokens_per_block, 249);  // ceil(65536 / 264)
   f.sm_count = 0;                      // unknown: the largest grid
   p = plan_qk_norm_rope(f);
-  EXPECT_EQ(p.grid, kQkLeanRunMaxGrid);
+  EXPECT_EQ(p.rope.grid, kQkLeanRunMaxGrid);
   EXPECT_EQ(p.tokens_per_block, 16);
   f = facts(kQkLeanRunMinTokens, 20, 256, 256, 8, 2, true, true);  // 16 lanes x 20 heads
   f.sm_count = 132;
@@ -123,7 +124,8 @@ TEST(CpuQkNormRopePlan, LeanRunForLongRuns) {
   p = plan_qk_norm_rope(f);
   EXPECT_EQ(p.kernel, QkKernel::kLeanRun);
   EXPECT_EQ(p.rope.bx, 16);
-  EXPECT_EQ(p.grid * p.tokens_per_block >= kQkLeanRunMinTokens, true);
+  EXPECT_EQ(p.rope.head_groups, 1);  // one head group, not B sequences
+  EXPECT_GE(p.rope.grid * p.tokens_per_block, kQkLeanRunMinTokens);
   // Too few tokens, other lanes, too many threads, no lean shape, the lean kernel disallowed.
   f = facts(kQkLeanRunMinTokens - 1, 40, 128, 128, 8, 2, true, true);
   EXPECT_EQ(plan_qk_norm_rope(f).kernel, QkKernel::kLean);

@@ -32,14 +32,12 @@ Status launch_qk_norm_rope_typed(const QkNormRopeArgs& a, const core::QkNormRope
   cudaError_t err = cudaSuccess;
   if (plan.kernel == core::QkKernel::kLeanRun) {
     if constexpr (sizeof(T) == 2) {
+      const bool rows_i64 = core::qk_lean_run_instance(rope_rows_by_position(a.rope),
+                                                       rope_explicit_position_bits(a.rope)) ==
+                            core::QkLeanRunInstance::kLanesRowsI64;
       const Status picked = core::dispatch_float_dtype<f16, bf16>(
           a.rope.cs_dtype, "qk_norm_rope", "cos/sin", [&](auto tag) -> Status {
             using C = typename decltype(tag)::type;
-            const bool rows_i64 =
-                core::qk_lean_run_instance(rope_rows_by_position(a.rope), a.rope.pos == nullptr ? 0
-                                                                          : a.rope.pos_i64      ? 64
-                                                                                           : 32) ==
-                core::QkLeanRunInstance::kLanesRowsI64;
             auto pick = [&](auto gptj) {
               constexpr bool G = decltype(gptj)::value;
               if (rows_i64) {
@@ -50,9 +48,8 @@ Status launch_qk_norm_rope_typed(const QkNormRopeArgs& a, const core::QkNormRope
                                        : qk_norm_rope_lean_run_kernel<T, C, G, LeanLanes<16>>;
             };
             const auto kernel = a.rope.gptj ? pick(std::true_type{}) : pick(std::false_type{});
-            err =
-                launch_with_pdl(kernel, dim3(static_cast<unsigned>(plan.grid)),
-                                rope_launch_block(plan.rope), 0, stream, a, plan.tokens_per_block);
+            err = launch_with_pdl(kernel, rope_launch_grid(plan.rope), rope_launch_block(plan.rope),
+                                  0, stream, a, plan.tokens_per_block);
             return Status::Ok();
           });
       if (!picked.ok()) return picked;
@@ -67,7 +64,7 @@ Status launch_qk_norm_rope_typed(const QkNormRopeArgs& a, const core::QkNormRope
       f.threads = int64_t{plan.rope.bx} * plan.rope.by;
       f.weights_as_data = a.wq_dtype == DTypeOf<T>::value && a.wk_dtype == DTypeOf<T>::value;
       f.cos_sin_rows = rope_rows_by_position(a.rope);
-      f.explicit_position_bits = a.rope.pos == nullptr ? 0 : a.rope.pos_i64 ? 64 : 32;
+      f.explicit_position_bits = rope_explicit_position_bits(a.rope);
       const core::QkLeanInstance inst = core::qk_lean_instance(f);
       ROPENORM_TRY(launch_rope_lean(
           "qk_norm_rope", a.rope.cs_dtype, a.rope.gptj, plan.rope, stream, a, &err,

@@ -58,4 +58,9 @@ inline bool rope_rows_by_position(const RopeKernelArgs& a) {
   return a.source == RopeSource::kCache || a.source == RopeSource::kTable;
 }
 
+/// The explicit positions' width in bits (64 or 32), 0 for implicit positions.
+inline int rope_explicit_position_bits(const RopeKernelArgs& a) {
+  return a.pos == nullptr ? 0 : a.pos_i64 ? 64 : 32;
+}
+
 }  // namespace ropenorm::cuda
