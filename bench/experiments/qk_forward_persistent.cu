@@ -26,11 +26,13 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <random>
 #include <vector>
 
 #include "core/qk_norm_rope_validate.h"
+#include "cuda/common/async_copy.cuh"
 #include "cuda/common/dtype.cuh"
 #include "cuda/common/pdl.cuh"
 #include "cuda/qk_norm_rope/qk_norm_rope_host.h"
@@ -90,6 +92,182 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   }
 }
 
+// Token t + 1's data and cos/sin loaded into a second set of registers before token t is
+// normalised and rotated (the position two tokens ahead), so a thread has two tokens' loads in
+// flight; library instance facts (LeanRowsI64<8>).
+template <int kMinBlocks>
+__global__ void __launch_bounds__(kThreads, kMinBlocks)
+    pipelined_qk_kernel(const QkNormRopeArgs args, int64_t tokens_per_block) {
+  using Spec = LeanRowsI64<kLanes>;
+  const RopeKernelArgs& a = args.rope;
+  const int lane = (threadIdx.y * kLanes + threadIdx.x) & 31;
+  const unsigned mask = ((1u << kLanes) - 1u) << (lane & ~(kLanes - 1));
+  const int hh = threadIdx.y;
+  const bool is_q = hh < a.hq;
+  const int head = is_q ? hh : hh - a.hq;
+  const int i0 = static_cast<int>(threadIdx.x) * kV;
+  const int oa = i0, ob = kD / 2 + i0;
+  const int64_t* pos = static_cast<const int64_t*>(a.pos);
+  griddep_wait();
+  float w0[kV], w1[kV];
+  qk_head_weights<kV, bf16>(args, hh, oa, ob, w0, w1);
+  const int64_t t0 = static_cast<int64_t>(blockIdx.x) * tokens_per_block;
+  const int64_t t_end = t0 + tokens_per_block < a.tokens ? t0 + tokens_per_block : a.tokens;
+  if (t0 >= t_end) return;
+  struct Stage {
+    RopeHeadRegs<bf16, kV> regs;
+    float c[kV], sn[kV];
+  };
+  auto load = [&](int64_t t, int64_t p, Stage& st) {
+    const bf16* x = rope_head_ptr<bf16>(is_q ? a.q : a.k, 0, t, head);
+    load_raw<bf16, kV>(x + oa, st.regs.x0);
+    load_raw<bf16, kV>(x + ob, st.regs.x1);
+    rope_lean_cos_sin<float, kV, Spec>(a, p, 0, t, i0, st.c, st.sn);
+  };
+  Stage cur;
+  load(t0, pos[t0], cur);
+  int64_t p1 = t0 + 1 < t_end ? pos[t0 + 1] : 0;
+  for (int64_t t = t0; t < t_end; ++t) {
+    Stage nxt;
+    int64_t p2 = 0;
+    if (t + 1 < t_end) {
+      load(t + 1, p1, nxt);
+      if (t + 2 < t_end) p2 = pos[t + 2];
+    }
+    bf16* y = const_cast<bf16*>(rope_head_ptr<bf16>(is_q ? a.q_out : a.k_out, 0, t, head));
+    qk_pair_head<bf16, kV, false, kD>(
+        args, [&] { return y; }, t, hh, oa, ob, cur.regs, cur.c, cur.sn, mask, kLanes,
+        [&](float(&f0)[kV], float(&f1)[kV]) {
+#pragma unroll
+          for (int i = 0; i < kV; ++i) {
+            f0[i] = w0[i];
+            f1[i] = w1[i];
+          }
+        });
+    cur = nxt;
+    p1 = p2;
+  }
+}
+
+__device__ __forceinline__ void cp_async_16_ca(void* smem_dst, const void* gmem_src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(smem_dst)),
+               "l"(gmem_src)
+               : "memory");
+}
+
+// A cp.async ring in shared memory: each thread copies the tokens kStages - 1 ahead of the one
+// it computes into its own 16-byte slots ([stage][chunk][thread], conflict-free), waits for its
+// own oldest group and reads it back (no block barrier). kCosSin: the cos/sin chunks go
+// through the ring too (through L1: the block's 40 head rows read the same row); else they are
+// loaded into registers one token ahead. The position is loaded one round before it is needed.
+template <int kStages, bool kCosSin>
+__global__ void __launch_bounds__(kThreads, 2)
+    ring_qk_kernel(const QkNormRopeArgs args, int64_t tokens_per_block) {
+  using Spec = LeanRowsI64<kLanes>;
+  constexpr int kDataChunks = 2 * kV * 2 / 16;              // 2 vectors of 8 bf16
+  constexpr int kCsChunks = kCosSin ? 2 * kV * 4 / 16 : 0;  // cos, sin: 8 floats each
+  constexpr int kChunks = kDataChunks + kCsChunks;
+  extern __shared__ uint4 ring[];  // [kStages][kChunks][kThreads]
+  const RopeKernelArgs& a = args.rope;
+  const int tid = threadIdx.y * kLanes + threadIdx.x;
+  const int lane = tid & 31;
+  const unsigned mask = ((1u << kLanes) - 1u) << (lane & ~(kLanes - 1));
+  const int hh = threadIdx.y;
+  const bool is_q = hh < a.hq;
+  const int head = is_q ? hh : hh - a.hq;
+  const int i0 = static_cast<int>(threadIdx.x) * kV;
+  const int oa = i0, ob = kD / 2 + i0;
+  const int64_t* pos = static_cast<const int64_t*>(a.pos);
+  griddep_wait();
+  float w0[kV], w1[kV];
+  qk_head_weights<kV, bf16>(args, hh, oa, ob, w0, w1);
+  const int64_t t0 = static_cast<int64_t>(blockIdx.x) * tokens_per_block;
+  const int64_t t_end = t0 + tokens_per_block < a.tokens ? t0 + tokens_per_block : a.tokens;
+  if (t0 >= t_end) return;
+  auto slot = [&](int stage, int chunk) {
+    return &ring[(stage * kChunks + chunk) * kThreads + tid];
+  };
+  auto issue = [&](int64_t t, int64_t p, int stage) {
+    const bf16* x = rope_head_ptr<bf16>(is_q ? a.q : a.k, 0, t, head);
+    cp_async_16(slot(stage, 0), x + oa);
+    cp_async_16(slot(stage, 1), x + ob);
+    if constexpr (kCosSin) {
+      const float* c = static_cast<const float*>(a.cos) + p * a.cos_row + i0;
+      const float* sn = static_cast<const float*>(a.sin) + p * a.sin_row + i0;
+      cp_async_16_ca(slot(stage, 2), c);
+      cp_async_16_ca(slot(stage, 3), c + 4);
+      cp_async_16_ca(slot(stage, 4), sn);
+      cp_async_16_ca(slot(stage, 5), sn + 4);
+    }
+  };
+  // Prologue: tokens t0 .. t0 + kStages - 2 in flight; p_ahead is token t0 + kStages - 1's.
+  int64_t p_ahead = 0;
+  for (int k = 0; k < kStages - 1; ++k) {
+    if (t0 + k < t_end) issue(t0 + k, kCosSin ? pos[t0 + k] : 0, k);
+    cp_async_commit();
+  }
+  if (kCosSin && t0 + kStages - 1 < t_end) p_ahead = pos[t0 + kStages - 1];
+  float cn[kV], sn_n[kV];
+  if constexpr (!kCosSin) rope_lean_cos_sin<float, kV, Spec>(a, pos[t0], 0, t0, i0, cn, sn_n);
+  for (int64_t t = t0; t < t_end; ++t) {
+    const int stage = static_cast<int>((t - t0) % kStages);
+    const int64_t ta = t + kStages - 1;
+    if (ta < t_end) issue(ta, p_ahead, static_cast<int>((ta - t0) % kStages));
+    cp_async_commit();
+    if (kCosSin && ta + 1 < t_end) p_ahead = pos[ta + 1];
+    float c[kV], sn[kV];
+    if constexpr (kCosSin) {
+      cp_async_wait<kStages - 1>();
+      const float4 c0 = *reinterpret_cast<const float4*>(slot(stage, 2));
+      const float4 c1 = *reinterpret_cast<const float4*>(slot(stage, 3));
+      const float4 s0 = *reinterpret_cast<const float4*>(slot(stage, 4));
+      const float4 s1 = *reinterpret_cast<const float4*>(slot(stage, 5));
+      c[0] = c0.x;
+      c[1] = c0.y;
+      c[2] = c0.z;
+      c[3] = c0.w;
+      c[4] = c1.x;
+      c[5] = c1.y;
+      c[6] = c1.z;
+      c[7] = c1.w;
+      sn[0] = s0.x;
+      sn[1] = s0.y;
+      sn[2] = s0.z;
+      sn[3] = s0.w;
+      sn[4] = s1.x;
+      sn[5] = s1.y;
+      sn[6] = s1.z;
+      sn[7] = s1.w;
+    } else {
+#pragma unroll
+      for (int i = 0; i < kV; ++i) {
+        c[i] = cn[i];
+        sn[i] = sn_n[i];
+      }
+      if (t + 1 < t_end) rope_lean_cos_sin<float, kV, Spec>(a, pos[t + 1], 0, t + 1, i0, cn, sn_n);
+      cp_async_wait<kStages - 1>();
+    }
+    RopeHeadRegs<bf16, kV> regs;
+    load_raw<bf16, kV>(reinterpret_cast<const bf16*>(slot(stage, 0)), regs.x0);
+    load_raw<bf16, kV>(reinterpret_cast<const bf16*>(slot(stage, 1)), regs.x1);
+    bf16* y = const_cast<bf16*>(rope_head_ptr<bf16>(is_q ? a.q_out : a.k_out, 0, t, head));
+    qk_pair_head<bf16, kV, false, kD>(
+        args, [&] { return y; }, t, hh, oa, ob, regs, c, sn, mask, kLanes,
+        [&](float(&f0)[kV], float(&f1)[kV]) {
+#pragma unroll
+          for (int i = 0; i < kV; ++i) {
+            f0[i] = w0[i];
+            f1[i] = w1[i];
+          }
+        });
+  }
+}
+
+template <int kStages, bool kCosSin>
+constexpr int ring_bytes() {
+  return kStages * (2 + (kCosSin ? 4 : 0)) * 16 * kThreads;
+}
+
 std::vector<uint16_t> to_host16(const void* p, size_t n) {
   std::vector<uint16_t> v(n);
   CK(cudaMemcpy(v.data(), p, n * 2, cudaMemcpyDeviceToHost));
@@ -104,7 +282,7 @@ std::vector<float> to_host32(const float* p, size_t n) {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
   const int64_t max_t = 65536;
   const size_t qn = max_t * kHq * kD, kn = max_t * kHk * kD;
   std::mt19937_64 rng(20261204);
@@ -120,13 +298,22 @@ int main() {
   CK(cudaMalloc(&rk2, max_t * kHk * 4));
   int sms = 0;
   CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-  std::printf("registers: 2 blocks %d, 2 blocks prefetch %d, 3 blocks prefetch %d\n",
-              regs_of(reinterpret_cast<const void*>(persistent_qk_kernel<2, false>)),
-              regs_of(reinterpret_cast<const void*>(persistent_qk_kernel<2, true>)),
-              regs_of(reinterpret_cast<const void*>(persistent_qk_kernel<3, true>)));
+  std::printf(
+      "registers: 2 blocks %d, 2 blocks prefetch %d, 3 blocks prefetch %d, pipelined %d, ring 2 "
+      "%d, ring 3 %d, ring 4 data %d, ring 6 data %d\n",
+      regs_of(reinterpret_cast<const void*>(persistent_qk_kernel<2, false>)),
+      regs_of(reinterpret_cast<const void*>(persistent_qk_kernel<2, true>)),
+      regs_of(reinterpret_cast<const void*>(persistent_qk_kernel<3, true>)),
+      regs_of(reinterpret_cast<const void*>(pipelined_qk_kernel<2>)),
+      regs_of(reinterpret_cast<const void*>(ring_qk_kernel<2, true>)),
+      regs_of(reinterpret_cast<const void*>(ring_qk_kernel<3, true>)),
+      regs_of(reinterpret_cast<const void*>(ring_qk_kernel<4, false>)),
+      regs_of(reinterpret_cast<const void*>(ring_qk_kernel<6, false>)));
   std::printf("copy bandwidth %.1f GB/s\n", copy_bandwidth_gbps(size_t{1} << 30));
   const Device d0 = Device::cuda(0);
-  for (int64_t t : {int64_t{4096}, int64_t{16384}, int64_t{65536}}) {
+  std::vector<int64_t> runs = {4096, 16384, 65536};
+  if (argc > 1) runs = {std::atoll(argv[1])};  // one run length (for a profiler)
+  for (int64_t t : runs) {
     auto view = [&](void* p, int64_t heads) {
       return TensorRef::contiguous(p, DType::kBFloat16, {t, heads, kD}, d0);
     };
@@ -167,17 +354,33 @@ int main() {
     const auto v2p = persistent(persistent_qk_kernel<2, true>, 2);
     const auto v3p = persistent(persistent_qk_kernel<3, true>, 3);
     // The library's lean-run kernel in its two instances, on the library's arguments.
+    const auto run_smem = static_cast<size_t>(core::rope_lean_run_ring_bytes(2, 4, kThreads));
     auto library_run = [&](auto kernel) {
+      CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                              static_cast<int>(run_smem)));
       return [&, kernel] {
         const int64_t grid = std::min<int64_t>(t, int64_t{sms} * core::kQkLeanRunMinBlocks);
-        CK(launch_with_pdl(kernel, dim3(static_cast<unsigned>(grid)), dim3(kLanes, kHeads), 0,
-                           nullptr, qa, (t + grid - 1) / grid));
+        CK(launch_with_pdl(kernel, dim3(static_cast<unsigned>(grid)), dim3(kLanes, kHeads),
+                           run_smem, nullptr, qa, (t + grid - 1) / grid));
       };
     };
     const auto r_lanes =
         library_run(qk_norm_rope_lean_run_kernel<bf16, float, false, LeanLanes<8>>);
     const auto r_i64 =
         library_run(qk_norm_rope_lean_run_kernel<bf16, float, false, LeanRowsI64<8>>);
+    const auto pipe = persistent(pipelined_qk_kernel<2>, 2);
+    auto ring = [&](auto kernel, int bytes) {
+      CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+      return [&, kernel, bytes] {
+        const int64_t grid = std::min<int64_t>(t, int64_t{sms} * 2);
+        CK(launch_with_pdl(kernel, dim3(static_cast<unsigned>(grid)), dim3(kLanes, kHeads),
+                           static_cast<size_t>(bytes), nullptr, qa, (t + grid - 1) / grid));
+      };
+    };
+    const auto ring2 = ring(ring_qk_kernel<2, true>, ring_bytes<2, true>());
+    const auto ring3 = ring(ring_qk_kernel<3, true>, ring_bytes<3, true>());
+    const auto ring4d = ring(ring_qk_kernel<4, false>, ring_bytes<4, false>());
+    const auto ring6d = ring(ring_qk_kernel<6, false>, ring_bytes<6, false>());
     const size_t nq = t * kHq * kD, nk = t * kHk * kD;
     CK(cudaMemset(yq, 0xff, qn * 2));
     CK(cudaMemset(yk, 0xff, kn * 2));
@@ -185,11 +388,13 @@ int main() {
     CK(cudaDeviceSynchronize());
     const auto ref_q = to_host16(yq, nq), ref_k = to_host16(yk, nk);
     const auto ref_rq = to_host32(rq, t * kHq), ref_rk = to_host32(rk, t * kHk);
-    const std::function<void()> vs[5] = {v2, v2p, v3p, r_lanes, r_i64};
-    const char* names[5] = {"2 blocks", "2 blocks prefetch", "3 blocks prefetch", "run lanes",
-                            "run i64 rows"};
-    int vi = 0;
-    for (const auto* v : {&vs[0], &vs[1], &vs[2], &vs[3], &vs[4]}) {
+    const std::vector<std::function<void()>> vs = {v2,   v2p,   v3p,   r_lanes, r_i64,
+                                                   pipe, ring2, ring3, ring4d,  ring6d};
+    const std::vector<const char*> names = {
+        "2 blocks",       "2 blocks prefetch", "3 blocks prefetch", "run lanes",   "run i64 rows",
+        "pipelined regs", "ring 2 + cos/sin",  "ring 3 + cos/sin",  "ring 4 data", "ring 6 data"};
+    for (size_t vi = 0; vi < vs.size(); ++vi) {
+      const auto* v = &vs[vi];
       CK(cudaMemset(yq2, 0xff, qn * 2));
       CK(cudaMemset(yk2, 0xff, kn * 2));
       CK(cudaMemset(rq2, 0xff, max_t * kHq * 4));
@@ -204,16 +409,17 @@ int main() {
       for (size_t i = 0; i < erq.size(); ++i) r_differ += erq[i] != ref_rq[i];
       for (size_t i = 0; i < erk.size(); ++i) r_differ += erk[i] != ref_rk[i];
       std::printf("  T=%5lld check %-18s: %zu q/k elements differ, %zu rstd values differ\n",
-                  static_cast<long long>(t), names[vi++], differ, r_differ);
+                  static_cast<long long>(t), names[vi], differ, r_differ);
     }
     const double bytes =
         2.0 * static_cast<double>(nq + nk) * 2 + static_cast<double>(t) * (kHeads * 4 + 8 + kD * 4);
     const float t_lib = time_med(lib, true);
-    std::printf(
-        "T=%5lld cold: library %8.2f us (%6.0f GB/s) | 2 blocks %8.2f | 2 blocks prefetch %8.2f | "
-        "3 blocks prefetch %8.2f | library run lanes %8.2f | library run i64 rows %8.2f us\n",
-        static_cast<long long>(t), t_lib, bytes / t_lib / 1e3, time_med(v2, true),
-        time_med(v2p, true), time_med(v3p, true), time_med(r_lanes, true), time_med(r_i64, true));
+    std::printf("T=%5lld cold: library %8.2f us (%6.0f GB/s)", static_cast<long long>(t), t_lib,
+                bytes / t_lib / 1e3);
+    for (size_t vi = 0; vi < vs.size(); ++vi) {
+      std::printf(" | %s %.2f", names[vi], time_med(vs[vi], true));
+    }
+    std::printf(" us\n");
   }
   return 0;
 }

@@ -23,6 +23,7 @@ QkNormRopePlan plan_qk_norm_rope(const QkNormRopeFacts& f) {
       p.rope.grid = std::min(r.tokens, cap);
       p.rope.head_groups = 1;
       p.tokens_per_block = (r.tokens + p.rope.grid - 1) / p.rope.grid;
+      p.smem_bytes = rope_lean_run_ring_bytes(r.elem_size, r.cs_elem_size, lanes * r.heads);
       return p;
     }
     if (f.allow_lean &&

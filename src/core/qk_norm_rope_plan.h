@@ -69,6 +69,7 @@ struct QkNormRopePlan {
   int threads = 32;          ///< kVector / kScalar: threads per block
   int64_t grid = 1;          ///< kVector / kScalar: blocks (each loops over its tokens)
   int64_t tokens_per_block = 1;  ///< kLeanRun: C, block b owns tokens [b C, min(T, (b + 1) C))
+  int64_t smem_bytes = 0;        ///< kLeanRun: the block's ring (rope_lean_run_ring_bytes)
 };
 
 /// The first kernel that applies, in the order lean run, lean, pair, vector, scalar:
@@ -76,7 +77,8 @@ struct QkNormRopePlan {
 ///    kQkLeanRunMinTokens tokens, 8 or 16 lanes per head (D 128 or 256) and at most
 ///    kQkLeanRunThreads threads in the lean block (h / 8 lanes x Hq + Hk rows); block from
 ///    plan_rope_lean, rope.grid min(T, kQkLeanRunMinBlocks x sm_count) (kQkLeanRunMaxGrid when
-///    sm_count is unknown) with one head group, C = ceil(T / rope.grid);
+///    sm_count is unknown) with one head group, C = ceil(T / rope.grid), and the ring's
+///    dynamic shared memory (rope_lean_run_ring_bytes);
 ///  - lean (when allow_lean): what pair needs, cos/sin loaded and rope_lean's thread and grid
 ///    bounds with kQkLeanMaxTokens for blocks rope_lean_long_run_block accepts, else with
 ///    kRopeLeanMaxTokens (the norm's butterfly runs over the h / 8 lanes of a thread row);

@@ -82,6 +82,7 @@ constexpr int kRopeLeanMaxThreads = 1024;
 /// What the lean rule needs to know about a validated call.
 struct RopeLeanFacts {
   int elem_size = 2;            ///< bytes per q/k element
+  int cs_elem_size = 4;         ///< bytes per cos/sin table element (when loaded)
   int vec = 1;                  ///< rope_vector_width of the call's operands
   bool cos_sin_loaded = false;  ///< cos/sin read from a table (cache, HF table or gathered)
   bool cos_sin_rows = false;    ///< cos/sin rows indexed by position (cache or HF [P, R] table)
@@ -123,6 +124,22 @@ bool rope_lean_long_run_block(const RopeLeanFacts& f);
 /// The token bound rope_lean takes for a RoPE call: unbounded (INT64_MAX) for cos/sin rows
 /// indexed by position and a block rope_lean_long_run_block accepts, else kRopeLeanMaxTokens.
 int64_t rope_lean_max_tokens(const RopeLeanFacts& f);
+
+/// Stages of a lean-run thread's cp.async ring (cuda/rope/rope_lean_run.cuh): token t + 1 in
+/// flight while token t is computed (H200, bf16, D 128, 32 + 8 heads, f32 cache, QK-norm + RoPE,
+/// bench/experiments/qk_forward_persistent.cu: 367.5 us at T = 65536 with 2 stages, 375.0 with 3,
+/// against 410.7 for the same kernel loading into registers).
+constexpr int kRopeLeanRunStages = 2;
+/// Blocks per multiprocessor the lean-run RoPE kernel's register budget is set for (blocks of up
+/// to kRopeLeanLongRunThreads threads).
+constexpr int kRopeLeanRunMinBlocks = 2;
+
+/// Dynamic shared memory of a lean-run block of `threads` threads: kRopeLeanRunStages stages of
+/// each thread's two kRopeLeanVec-vectors of q/k (elem_size bytes each) and of its cos and sin
+/// vectors (cs_elem_size bytes each).
+constexpr int64_t rope_lean_run_ring_bytes(int elem_size, int cs_elem_size, int64_t threads) {
+  return int64_t{kRopeLeanRunStages} * threads * 2 * kRopeLeanVec * (elem_size + cs_elem_size);
+}
 
 /// The lean launch of a call rope_lean accepts, B = T / S sequences of S tokens: grid (S, B),
 /// block (h / kRopeLeanVec, Hq + Hk, 1), vec kRopeLeanVec, single and lean set.

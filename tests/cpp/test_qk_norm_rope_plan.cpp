@@ -114,14 +114,18 @@ TEST(CpuQkNormRopePlan, LeanRunForLongRuns) {
   EXPECT_EQ(p.rope.grid, 264);
   EXPECT_EQ(p.rope.head_groups, 1);
   EXPECT_EQ(p.tokens_per_block, 249);  // ceil(65536 / 264)
-  f.sm_count = 0;                      // unknown: the largest grid
+  // The ring: 2 stages of 320 threads' two bf16 vectors and f32 cos and sin vectors of 8.
+  EXPECT_EQ(p.smem_bytes, 2 * 320 * (2 * 16 + 2 * 32));
+  f.sm_count = 0;  // unknown: the largest grid
   p = plan_qk_norm_rope(f);
   EXPECT_EQ(p.rope.grid, kQkLeanRunMaxGrid);
   EXPECT_EQ(p.tokens_per_block, 16);
   f = facts(kQkLeanRunMinTokens, 20, 256, 256, 8, 2, true, true);  // 16 lanes x 20 heads
   f.sm_count = 132;
-  f.rope.seq = 1000;  // sequences ending inside runs: the kernel advances (b, s) itself
+  f.rope.seq = 1000;        // sequences ending inside runs: the kernel advances (b, s) itself
+  f.rope.cs_elem_size = 2;  // a bf16 table
   p = plan_qk_norm_rope(f);
+  EXPECT_EQ(p.smem_bytes, 2 * 320 * (2 * 16 + 2 * 16));
   EXPECT_EQ(p.kernel, QkKernel::kLeanRun);
   EXPECT_EQ(p.rope.bx, 16);
   EXPECT_EQ(p.rope.head_groups, 1);  // one head group, not B sequences

@@ -18,6 +18,14 @@ __device__ __forceinline__ void cp_async_16(void* smem_dst, const void* gmem_src
                : "memory");
 }
 
+/// Starts a 16-byte copy global -> shared (both 16-byte aligned), through L1 (for data several
+/// threads of a block read).
+__device__ __forceinline__ void cp_async_16_cached(void* smem_dst, const void* gmem_src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(smem_dst)),
+               "l"(gmem_src)
+               : "memory");
+}
+
 /// Starts a 4-byte copy global -> shared (both 4-byte aligned), through L1.
 __device__ __forceinline__ void cp_async_4(void* smem_dst, const void* gmem_src) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(smem_addr(smem_dst)),

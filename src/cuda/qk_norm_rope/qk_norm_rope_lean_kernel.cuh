@@ -19,10 +19,11 @@
 // stream (programmatic dependent launch) before its first global memory access.
 //
 // Lean-run kernel (core::QkKernel::kLeanRun, long runs): the same thread layout over a
-// persistent grid (grid gx, block (g, Hq + Hk), g = 8 or 16 fixed at compile time): block bx
-// owns the contiguous tokens [bx C, min(T, (bx + 1) C)), one per round, (b, s) advancing by one
-// token per round; each thread loads its 16 weights once, and per token runs the lean kernel's
-// loads (data, then position and cos/sin) and qk_pair_head, so its bits are the lean kernel's.
+// persistent grid (grid gx, block (g, Hq + Hk), g = 8 or 16 fixed at compile time) through
+// rope_lean_run (cuda/rope/rope_lean_run.cuh): block bx owns the contiguous tokens [bx C,
+// min(T, (bx + 1) C)), one per round, each thread's next token's data and cos/sin in flight in
+// its own shared-memory ring while it computes the current one; each thread loads its 16 weights
+// once, and per token runs qk_pair_head, so its bits are the lean kernel's.
 #pragma once
 
 #include <cstdint>
@@ -34,6 +35,7 @@
 #include "cuda/qk_norm_rope/qk_norm_rope_args.h"
 #include "cuda/qk_norm_rope/qk_norm_rope_kernels.cuh"
 #include "cuda/rope/rope_lean_kernels.cuh"
+#include "cuda/rope/rope_lean_run.cuh"
 
 namespace ropenorm::cuda {
 
@@ -73,7 +75,8 @@ __global__ void __launch_bounds__(Spec::kMaxThreads)
 }
 
 /// Lean-run QK-norm + RoPE of style kGptj with cos/sin tables of dtype C, Spec::kLanes lanes per
-/// head (8 or 16) and the other facts Spec fixes; C tokens per block (tokens_per_block).
+/// head (8 or 16) and the other facts Spec fixes; C tokens per block (tokens_per_block), the
+/// block's ring in dynamic shared memory (core::QkNormRopePlan::smem_bytes).
 template <typename T, typename C, bool kGptj, typename Spec>
 __global__ void __launch_bounds__(core::kQkLeanRunThreads, core::kQkLeanRunMinBlocks)
     qk_norm_rope_lean_run_kernel(const QkNormRopeArgs args, int64_t tokens_per_block) {
@@ -81,6 +84,7 @@ __global__ void __launch_bounds__(core::kQkLeanRunThreads, core::kQkLeanRunMinBl
   constexpr int g = Spec::kLanes;
   constexpr int V = core::kRopeLeanVec;
   constexpr int kD = 2 * g * V;
+  extern __shared__ uint4 qk_lean_run_ring[];
   const RopeKernelArgs& a = args.rope;
   const int lane = (threadIdx.y * g + threadIdx.x) & 31;
   const unsigned mask = g == 32 ? 0xffffffffu : ((1u << g) - 1u) << (lane & ~(g - 1));
@@ -90,35 +94,25 @@ __global__ void __launch_bounds__(core::kQkLeanRunThreads, core::kQkLeanRunMinBl
   const int i0 = static_cast<int>(threadIdx.x) * V;
   const int oa = kGptj ? 2 * i0 : i0;
   const int ob = kGptj ? 2 * i0 + V : kD / 2 + i0;
+  const RopeOperand& out = is_q ? a.q_out : a.k_out;
   griddep_wait();
   float w0[V], w1[V];
   qk_head_weights<V, std::conditional_t<Spec::kWeightsAsData, T, void>>(args, hh, oa, ob, w0, w1);
-  const int64_t t0 = static_cast<int64_t>(blockIdx.x) * tokens_per_block;
-  const int64_t t_end = t0 + tokens_per_block < a.tokens ? t0 + tokens_per_block : a.tokens;
-  int64_t b = 0, s = 0;
-  if (t0 < t_end) rope_token_coords(a, t0, b, s);
-  for (int64_t t = t0; t < t_end; ++t) {
-    const T* x = rope_head_ptr<T>(is_q ? a.q : a.k, b, s, head);
-    T* y = const_cast<T*>(rope_head_ptr<T>(is_q ? a.q_out : a.k_out, b, s, head));
-    RopeHeadRegs<T, V> regs;
-    load_raw<T, V>(x + oa, regs.x0);
-    load_raw<T, V>(x + ob, regs.x1);
-    float c[V], sn[V];
-    rope_lean_cos_sin<C, V, Spec>(a, rope_lean_position<Spec>(a, b, s), b, s, i0, c, sn);
-    qk_pair_head<T, V, kGptj, kD>(
-        args, [&] { return y; }, t, hh, oa, ob, regs, c, sn, mask, g,
-        [&](float(&f0)[V], float(&f1)[V]) {
+  rope_lean_run<T, C, Spec>(a, tokens_per_block, qk_lean_run_ring, oa, ob,
+                            [&](int64_t t, int64_t b, int64_t s, const RopeHeadRegs<T, V>& regs,
+                                const float(&c)[V], const float(&sn)[V]) {
+                              qk_pair_head<T, V, kGptj, kD>(
+                                  args,
+                                  [&] { return const_cast<T*>(rope_head_ptr<T>(out, b, s, head)); },
+                                  t, hh, oa, ob, regs, c, sn, mask, g,
+                                  [&](float(&f0)[V], float(&f1)[V]) {
 #pragma unroll
-          for (int i = 0; i < V; ++i) {
-            f0[i] = w0[i];
-            f1[i] = w1[i];
-          }
-        });
-    if (++s == a.seq) {
-      s = 0;
-      ++b;
-    }
-  }
+                                    for (int i = 0; i < V; ++i) {
+                                      f0[i] = w0[i];
+                                      f1[i] = w1[i];
+                                    }
+                                  });
+                            });
 }
 
 }  // namespace ropenorm::cuda

@@ -215,6 +215,10 @@ core::RopeLeanFacts rope_lean_facts(const core::RopeCall& c, const core::RopeGeo
   f.elem_size = static_cast<int>(dtype_size(c.q.dtype));
   f.vec = vec;
   f.cos_sin_loaded = c.cos_sin.kind != CosSinKind::kInvFreq;
+  if (f.cos_sin_loaded) {
+    const TensorRef& table = c.cos_sin.kind == CosSinKind::kCache ? c.cos_sin.cache : c.cos_sin.cos;
+    f.cs_elem_size = static_cast<int>(dtype_size(table.dtype));
+  }
   f.cos_sin_rows = c.cos_sin.kind == CosSinKind::kCache || c.cos_sin.kind == CosSinKind::kHfCosSin;
   f.tokens = g.tokens;
   f.seq = g.seq;

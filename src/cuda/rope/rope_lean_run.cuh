@@ -1,0 +1,152 @@
+// The lean run: the lean layout (rope_lean_kernels.cuh: thread (x, y) owns pair vector x of head
+// y) over a persistent grid of contiguous token runs, each thread fetching its next tokens' data
+// and cos/sin into its own shared-memory ring while it computes the current one. The per-token
+// work is the caller's (the QK-norm + RoPE lean-run kernel), so its bits are the lean kernel's.
+//
+// Ownership (grid gx, block (g, Hq + Hk), S = core::kRopeLeanRunStages):
+//  - Tokens: block bx owns the contiguous tokens [bx C, min(T, (bx + 1) C)), C = tokens_per_block,
+//    one per round, in order; (b, s) advance by one token per round (no division after the first).
+//  - Head and pairs: thread row y owns head y (q heads first, then k), lane x its pair vector x
+//    (two V-vectors of channels, and the pairs' c_i, s_i), as in the lean kernel.
+//  - Ring (ThreadRing, [stage][chunk][thread]): in round t a thread starts the cp.async of token
+//    t + S - 1's two vectors (L2 only) and cos/sin chunks (through L1: every head row of the block
+//    reads the same rows), then waits for its own copy of token t; it reads and writes nothing
+//    but its own slots, so no barrier is needed. The position of token t + S - 1 was loaded in
+//    the previous round, so no round waits for a position before it can fetch.
+// A thread reads a token's two vectors (from the ring) before it writes them, and fetches token
+// t + 1 only from addresses token t does not write (R = D, one head per row), so in place is safe.
+#pragma once
+
+#include <cstdint>
+
+#include "core/rope_plan.h"
+#include "cuda/common/pdl.cuh"
+#include "cuda/common/thread_ring.cuh"
+#include "cuda/rope/rope_args.h"
+#include "cuda/rope/rope_kernels.cuh"
+#include "cuda/rope/rope_lean_kernels.cuh"
+
+namespace ropenorm::cuda {
+
+/// Token (b, s) of a run, advanced one token at a time.
+struct LeanRunCursor {
+  int64_t b = 0, s = 0;
+  __device__ __forceinline__ void next(int64_t seq) {
+    if (++s == seq) {
+      s = 0;
+      ++b;
+    }
+  }
+};
+
+/// The ring of a lean-run thread: its two V-vectors of T, then the cos and sin V-vectors of C,
+/// per stage.
+template <typename T, typename C>
+struct LeanRunRing {
+  static constexpr int V = core::kRopeLeanVec;
+  static constexpr int kVecChunks = V * static_cast<int>(sizeof(T)) / 16;
+  static constexpr int kCsChunks = V * static_cast<int>(sizeof(C)) / 16;
+  static constexpr int kChunks = 2 * kVecChunks + 2 * kCsChunks;
+  using Ring = ThreadRing<core::kRopeLeanRunStages, kChunks>;
+  static_assert(kVecChunks >= 1 && kCsChunks >= 1, "whole 16-byte chunks per vector");
+  static_assert(static_cast<int64_t>(Ring::bytes(1)) ==
+                    core::rope_lean_run_ring_bytes(sizeof(T), sizeof(C), 1),
+                "the planner's ring size");
+};
+
+/// Runs block blockIdx.x's tokens for the thread (x, y) of the lean block: each round hands token
+/// t's data (regs), c_i, s_i of pairs i0 .. i0 + V - 1 (s_i negated for the inverse rotation) and
+/// (b, s) to body(t, b, s, regs, c, sn). oa / ob: the thread's two vectors' channels in its head;
+/// Spec: the facts fixed at compile time (rope_lean_spec.h). `ring` is the block's dynamic
+/// shared memory, LeanRunRing<T, C>::Ring::bytes(threads) of it.
+template <typename T, typename C, typename Spec, typename Body>
+__device__ __forceinline__ void rope_lean_run(const RopeKernelArgs& a, int64_t tokens_per_block,
+                                              uint4* ring, int oa, int ob, Body&& body) {
+  using R = LeanRunRing<T, C>;
+  constexpr int V = R::V;
+  constexpr int S = core::kRopeLeanRunStages;
+  constexpr int kCos = 2 * R::kVecChunks, kSin = kCos + R::kCsChunks;
+  constexpr int kVecBytes = 16 * R::kVecChunks, kCsBytes = 16 * R::kCsChunks;
+  const int threads = static_cast<int>(blockDim.x * blockDim.y);
+  const typename R::Ring rg{ring, static_cast<int>(threadIdx.y * blockDim.x + threadIdx.x),
+                            threads};
+  const int hh = static_cast<int>(threadIdx.y);
+  const bool is_q = hh < a.hq;
+  const int head = is_q ? hh : hh - a.hq;
+  const int i0 = static_cast<int>(threadIdx.x) * V;
+  const RopeOperand& in = is_q ? a.q : a.k;
+  const int64_t t0 = static_cast<int64_t>(blockIdx.x) * tokens_per_block;
+  const int64_t t_end = t0 + tokens_per_block < a.tokens ? t0 + tokens_per_block : a.tokens;
+  if (t0 >= t_end) return;
+  // Token cursors: the one computed (t), the one fetched (t + S - 1), the one whose position is
+  // loaded (t + S).
+  LeanRunCursor cur;
+  rope_token_coords(a, t0, cur.b, cur.s);
+  LeanRunCursor fet = cur;
+  auto fetch = [&](int stage, int64_t p) {
+    const T* x = rope_head_ptr<T>(in, fet.b, fet.s, head);
+    rg.template fetch<kVecBytes, false>(stage, 0, x + oa);
+    rg.template fetch<kVecBytes, false>(stage, R::kVecChunks, x + ob);
+    int64_t co, so;
+    rope_lean_cos_sin_rows<Spec>(a, p, fet.b, fet.s, co, so);
+    rg.template fetch<kCsBytes, true>(stage, kCos, static_cast<const C*>(a.cos) + co + i0);
+    rg.template fetch<kCsBytes, true>(stage, kSin, static_cast<const C*>(a.sin) + so + i0);
+  };
+#pragma unroll
+  for (int k = 0; k < S - 1; ++k) {
+    if (t0 + k < t_end) fetch(k, rope_lean_position<Spec>(a, fet.b, fet.s));
+    cp_async_commit();
+    fet.next(a.seq);
+  }
+  LeanRunCursor pos = fet;
+  int64_t p_ahead = t0 + S - 1 < t_end ? rope_lean_position<Spec>(a, pos.b, pos.s) : 0;
+  pos.next(a.seq);
+  int stage = 0;
+  for (int64_t t = t0; t < t_end; ++t) {
+    const int ahead = stage == 0 ? S - 1 : stage - 1;  // (stage + S - 1) % S
+    if (t + S - 1 < t_end) fetch(ahead, p_ahead);
+    cp_async_commit();
+    fet.next(a.seq);
+    if (t + S < t_end) p_ahead = rope_lean_position<Spec>(a, pos.b, pos.s);
+    pos.next(a.seq);
+    cp_async_wait<S - 1>();
+    RopeHeadRegs<T, V> regs;
+    rg.template read_raw<T, V>(stage, 0, regs.x0);
+    rg.template read_raw<T, V>(stage, R::kVecChunks, regs.x1);
+    float c[V], sn[V];
+    rg.template read_float<C, V>(stage, kCos, c);
+    rg.template read_float<C, V>(stage, kSin, sn);
+    rope_apply_direction<V>(a, sn);
+    body(t, cur.b, cur.s, regs, c, sn);
+    cur.next(a.seq);
+    stage = stage == S - 1 ? 0 : stage + 1;
+  }
+}
+
+/// Lean-run RoPE (forward or inverse, a.inverse) of style kGptj with cos/sin tables of dtype C
+/// and the facts Spec fixes: rope_lean_run with the lean kernel's rope_rotate_store per token, so
+/// the lean kernel's bits; C tokens per block (tokens_per_block), the block's ring in dynamic
+/// shared memory (core::rope_lean_run_ring_bytes).
+template <typename T, typename C, bool kGptj, typename Spec>
+__global__ void __launch_bounds__(core::kRopeLeanLongRunThreads, core::kRopeLeanRunMinBlocks)
+    rope_lean_run_kernel(const RopeKernelArgs a, int64_t tokens_per_block) {
+  constexpr int V = core::kRopeLeanVec;
+  extern __shared__ uint4 rope_lean_run_ring[];
+  const int hh = static_cast<int>(threadIdx.y);
+  const bool is_q = hh < a.hq;
+  const int head = is_q ? hh : hh - a.hq;
+  const int i0 = static_cast<int>(threadIdx.x) * V;
+  const int oa = kGptj ? 2 * i0 : i0;
+  const int ob = kGptj ? 2 * i0 + V : a.half + i0;
+  const RopeOperand& out = is_q ? a.q_out : a.k_out;
+  griddep_wait();
+  rope_lean_run<T, C, Spec>(a, tokens_per_block, rope_lean_run_ring, oa, ob,
+                            [&](int64_t, int64_t b, int64_t s, const RopeHeadRegs<T, V>& regs,
+                                const float(&c)[V], const float(&sn)[V]) {
+                              rope_rotate_store<T, V, kGptj>(
+                                  [&] { return const_cast<T*>(rope_head_ptr<T>(out, b, s, head)); },
+                                  oa, ob, regs, c, sn);
+                            });
+}
+
+}  // namespace ropenorm::cuda
