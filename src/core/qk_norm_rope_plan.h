@@ -45,7 +45,8 @@ constexpr int64_t kQkLeanMaxTokens = INT64_MAX;
 constexpr int64_t kQkLeanRunMinTokens = 4096;
 /// Threads per block of the lean-run kernel at most: its launch bound, with
 /// kQkLeanRunMinBlocks resident blocks per multiprocessor (96 registers; 3 blocks and 64
-/// registers spilled and measured slower).
+/// registers spilled and measured slower). Smaller blocks run as many per multiprocessor as
+/// fill the same threads.
 constexpr int kQkLeanRunThreads = 320;
 constexpr int kQkLeanRunMinBlocks = 2;
 /// The lean-run grid when the multiprocessor count is unknown.
@@ -74,11 +75,13 @@ struct QkNormRopePlan {
 
 /// The first kernel that applies, in the order lean run, lean, pair, vector, scalar:
 ///  - lean run (when allow_lean): what lean needs but its grid bounds, at least
-///    kQkLeanRunMinTokens tokens, 8 or 16 lanes per head (D 128 or 256) and at most
-///    kQkLeanRunThreads threads in the lean block (h / 8 lanes x Hq + Hk rows); block from
-///    plan_rope_lean, rope.grid min(T, kQkLeanRunMinBlocks x sm_count) (kQkLeanRunMaxGrid when
-///    sm_count is unknown) with one head group, C = ceil(T / rope.grid), and the ring's
-///    dynamic shared memory (rope_lean_run_ring_bytes);
+///    kQkLeanRunMinTokens tokens and 8 or 16 lanes per head (D 128 or 256); block x from
+///    plan_rope_lean, the Hq + Hk heads split into the fewest head groups (rope.head_groups)
+///    of rope.by rows that keep a block within kQkLeanRunThreads threads; rope.grid min(T,
+///    per_sm x sm_count / groups) (kQkLeanRunMaxGrid / groups when sm_count is unknown), per_sm
+///    the blocks that fill kQkLeanRunMinBlocks x kQkLeanRunThreads threads of a multiprocessor
+///    (blocks counted in whole warps); C = ceil(T / rope.grid), and the ring's dynamic shared
+///    memory (rope_lean_run_ring_bytes);
 ///  - lean (when allow_lean): what pair needs, cos/sin loaded and rope_lean's thread and grid
 ///    bounds with kQkLeanMaxTokens for blocks rope_lean_long_run_block accepts, else with
 ///    kRopeLeanMaxTokens (the norm's butterfly runs over the h / 8 lanes of a thread row);

@@ -277,7 +277,8 @@ TEST(GpuQkNormRope, LeanKernelMatchesPairKernel) {
 // the lean kernels disallowed): both styles and directions, f16 and bf16 data, f32 / bf16 / f16
 // tables (cache, Hugging Face table, per-token gathered), bf16 / f16 / f32 weights with an
 // offset, int64 / int32 / implicit positions with per-sequence offsets, in place, D 128 and 256,
-// one sequence and batches whose sequences end inside a block's run of tokens.
+// one sequence and batches whose sequences end inside a block's run of tokens, one and two head
+// groups, blocks of 96 to 320 threads.
 TEST(GpuQkNormRope, LeanRunMatchesPairKernel) {
   ROPENORM_REQUIRE_GPU();
   struct Variant {
@@ -301,6 +302,12 @@ TEST(GpuQkNormRope, LeanRunMatchesPairKernel) {
        DType::kBFloat16, 256, 16, 4, RopePosKind::kI64, 2, 2101, true},
       {DType::kBFloat16, RopeStyle::kGptj, false, CosSinKind::kCache, DType::kBFloat16,
        DType::kFloat16, 128, 24, 8, RopePosKind::kArangeSeqOffs, 4, 1100, false},
+      // Two head groups of 20 rows (16 lanes x 40 heads), and small blocks (12 heads) several
+      // to a multiprocessor.
+      {DType::kBFloat16, RopeStyle::kNeox, false, CosSinKind::kCache, DType::kFloat32,
+       DType::kBFloat16, 256, 32, 8, RopePosKind::kI64, 0, core::kQkLeanRunMinTokens + 5, false},
+      {DType::kFloat16, RopeStyle::kGptj, false, CosSinKind::kCache, DType::kFloat32,
+       DType::kFloat16, 128, 9, 3, RopePosKind::kI32, 2, 2500, true},
   };
   uint64_t seed = 480;
   for (const Variant& v : variants) {

@@ -56,8 +56,9 @@ TEST(CpuQkNormRopePlan, LeanKernelForShortRunsWithLoadedCosSin) {
             QkKernel::kLean);
   EXPECT_EQ(plan_qk_norm_rope(facts(kRopeLeanMaxTokens + 1, 40, 256, 256, 8, 2, true, true)).kernel,
             QkKernel::kPair);
-  EXPECT_EQ(plan_qk_norm_rope(facts(65536, 32, 256, 256, 8, 2, true, true)).kernel,
-            QkKernel::kLean);
+  EXPECT_EQ(
+      plan_qk_norm_rope(facts(kQkLeanRunMinTokens - 1, 32, 256, 256, 8, 2, true, true)).kernel,
+      QkKernel::kLean);
   p = plan_qk_norm_rope(facts(kQkLeanRunMinTokens - 1, 40, 128, 128, 8, 2, true, true));
   EXPECT_EQ(p.kernel, QkKernel::kLean);
   EXPECT_EQ(p.rope.grid, kQkLeanRunMinTokens - 1);
@@ -82,13 +83,13 @@ TEST(CpuQkNormRopePlan, LeanKernelForShortRunsWithLoadedCosSin) {
   EXPECT_EQ(p.rope.grid, kRopeLeanMaxTokens);
   EXPECT_EQ(p.rope.head_groups, 1);
   // B = T / S within gridDim.y's limit: 65535 sequences of one token are lean, 65536 are not
-  // (blocks past kQkLeanRunThreads: 16 lanes x 32 heads; the lean run has no such limit).
-  f = facts(kRopeMaxHeadGroups, 32, 256, 256, 8, 2, true, true);
+  // (D 64: 4 lanes, which the lean run does not serve; it has no such limit).
+  f = facts(kRopeMaxHeadGroups, 32, 64, 64, 8, 2, true, true);
   f.rope.seq = 1;
   p = plan_qk_norm_rope(f);
   EXPECT_EQ(p.kernel, QkKernel::kLean);
   EXPECT_EQ(p.rope.head_groups, kRopeMaxHeadGroups);
-  f = facts(kRopeMaxHeadGroups + 1, 32, 256, 256, 8, 2, true, true);
+  f = facts(kRopeMaxHeadGroups + 1, 32, 64, 64, 8, 2, true, true);
   f.rope.seq = 1;
   EXPECT_EQ(plan_qk_norm_rope(f).kernel, QkKernel::kPair);
   f = facts(kRopeMaxHeadGroups + 1, 40, 128, 128, 8, 2, true, true);
@@ -102,8 +103,9 @@ TEST(CpuQkNormRopePlan, LeanKernelForShortRunsWithLoadedCosSin) {
 }
 
 TEST(CpuQkNormRopePlan, LeanRunForLongRuns) {
-  // From kQkLeanRunMinTokens tokens, 8 or 16 lanes, at most kQkLeanRunThreads threads: a
-  // persistent grid of kQkLeanRunMinBlocks blocks per multiprocessor over runs of C tokens.
+  // From kQkLeanRunMinTokens tokens and 8 or 16 lanes: a persistent grid of
+  // kQkLeanRunMinBlocks blocks of at most kQkLeanRunThreads threads per multiprocessor over runs
+  // of C tokens.
   QkNormRopeFacts f = facts(65536, 40, 128, 128, 8, 2, true, true);
   f.sm_count = 132;
   QkNormRopePlan p = plan_qk_norm_rope(f);
@@ -130,12 +132,38 @@ TEST(CpuQkNormRopePlan, LeanRunForLongRuns) {
   EXPECT_EQ(p.rope.bx, 16);
   EXPECT_EQ(p.rope.head_groups, 1);  // one head group, not B sequences
   EXPECT_GE(p.rope.grid * p.tokens_per_block, kQkLeanRunMinTokens);
-  // Too few tokens, other lanes, too many threads, no lean shape, the lean kernel disallowed.
+  // More heads than a block of kQkLeanRunThreads holds: the fewest head groups that fit, the
+  // token blocks shared out between them. D 256, 32 + 8 heads: 2 groups of 20 rows of 16 lanes.
+  f = facts(65536, 40, 256, 256, 8, 2, true, true);
+  f.sm_count = 132;
+  p = plan_qk_norm_rope(f);
+  EXPECT_EQ(p.kernel, QkKernel::kLeanRun);
+  EXPECT_EQ(p.rope.bx, 16);
+  EXPECT_EQ(p.rope.by, 20);
+  EXPECT_EQ(p.rope.head_groups, 2);
+  EXPECT_EQ(p.rope.grid, 132);  // 2 blocks of 320 threads per multiprocessor in all
+  EXPECT_EQ(p.tokens_per_block, 497);
+  EXPECT_EQ(p.smem_bytes, 2 * 320 * (2 * 16 + 2 * 32));
+  f = facts(65536, 41, 128, 128, 8, 2, true, true);  // 2 groups of 21 rows: 168 threads
+  f.sm_count = 132;
+  p = plan_qk_norm_rope(f);
+  EXPECT_EQ(p.kernel, QkKernel::kLeanRun);
+  EXPECT_EQ(p.rope.by, 21);
+  EXPECT_EQ(p.rope.head_groups, 2);
+  EXPECT_EQ(p.rope.grid, 3 * 132 / 2);  // 3 blocks of 6 warps fill 640 threads
+  // Small blocks: as many per multiprocessor as fill 640 threads (8 + 2 heads: 3 warps, 6).
+  f = facts(65536, 10, 128, 128, 8, 2, true, true);
+  f.sm_count = 132;
+  p = plan_qk_norm_rope(f);
+  EXPECT_EQ(p.kernel, QkKernel::kLeanRun);
+  EXPECT_EQ(p.rope.by, 10);
+  EXPECT_EQ(p.rope.head_groups, 1);
+  EXPECT_EQ(p.rope.grid, 6 * 132);
+  EXPECT_EQ(p.smem_bytes, 2 * 80 * (2 * 16 + 2 * 32));
+  // Too few tokens, other lanes, no lean shape, the lean kernel disallowed.
   f = facts(kQkLeanRunMinTokens - 1, 40, 128, 128, 8, 2, true, true);
   EXPECT_EQ(plan_qk_norm_rope(f).kernel, QkKernel::kLean);
   EXPECT_EQ(plan_qk_norm_rope(facts(65536, 40, 64, 64, 8, 2, true, true)).kernel, QkKernel::kLean);
-  EXPECT_EQ(plan_qk_norm_rope(facts(65536, 41, 128, 128, 8, 2, true, true)).kernel,
-            QkKernel::kLean);
   EXPECT_EQ(plan_qk_norm_rope(facts(65536, 40, 128, 128, 8, 2, true, false)).kernel,
             QkKernel::kPair);
   f = facts(65536, 40, 128, 128, 8, 2, true, true);

@@ -19,7 +19,8 @@
 // stream (programmatic dependent launch) before its first global memory access.
 //
 // Lean-run kernel (core::QkKernel::kLeanRun, long runs): the same thread layout over a
-// persistent grid (grid gx, block (g, Hq + Hk), g = 8 or 16 fixed at compile time) through
+// persistent grid (grid (gx, head groups), block (g, rows), g = 8 or 16 fixed at compile time;
+// thread row y of group blockIdx.y owns head blockIdx.y rows + y, rows past Hq + Hk exit) through
 // rope_lean_run (cuda/rope/rope_lean_run.cuh): block bx owns the contiguous tokens [bx C,
 // min(T, (bx + 1) C)), one per round, each thread's next token's data and cos/sin in flight in
 // its own shared-memory ring while it computes the current one; each thread loads its 16 weights
@@ -88,7 +89,8 @@ __global__ void __launch_bounds__(core::kQkLeanRunThreads, core::kQkLeanRunMinBl
   const RopeKernelArgs& a = args.rope;
   const int lane = (threadIdx.y * g + threadIdx.x) & 31;
   const unsigned mask = g == 32 ? 0xffffffffu : ((1u << g) - 1u) << (lane & ~(g - 1));
-  const int hh = static_cast<int>(threadIdx.y);
+  const int hh = static_cast<int>(blockIdx.y * blockDim.y + threadIdx.y);
+  if (hh >= a.hq + a.hk) return;
   const bool is_q = hh < a.hq;
   const int head = is_q ? hh : hh - a.hq;
   const int i0 = static_cast<int>(threadIdx.x) * V;
@@ -98,7 +100,7 @@ __global__ void __launch_bounds__(core::kQkLeanRunThreads, core::kQkLeanRunMinBl
   griddep_wait();
   float w0[V], w1[V];
   qk_head_weights<V, std::conditional_t<Spec::kWeightsAsData, T, void>>(args, hh, oa, ob, w0, w1);
-  rope_lean_run<T, C, Spec>(a, tokens_per_block, qk_lean_run_ring, oa, ob,
+  rope_lean_run<T, C, Spec>(a, tokens_per_block, qk_lean_run_ring, hh, oa, ob,
                             [&](int64_t t, int64_t b, int64_t s, const RopeHeadRegs<T, V>& regs,
                                 const float(&c)[V], const float(&sn)[V]) {
                               qk_pair_head<T, V, kGptj, kD>(

@@ -3,11 +3,12 @@
 // and cos/sin into its own shared-memory ring while it computes the current one. The per-token
 // work is the caller's (the QK-norm + RoPE lean-run kernel), so its bits are the lean kernel's.
 //
-// Ownership (grid gx, block (g, Hq + Hk), S = core::kRopeLeanRunStages):
+// Ownership (grid (gx, head groups), block (g, rows), S = core::kRopeLeanRunStages):
 //  - Tokens: block bx owns the contiguous tokens [bx C, min(T, (bx + 1) C)), C = tokens_per_block,
 //    one per round, in order; (b, s) advance by one token per round (no division after the first).
-//  - Head and pairs: thread row y owns head y (q heads first, then k), lane x its pair vector x
-//    (two V-vectors of channels, and the pairs' c_i, s_i), as in the lean kernel.
+//  - Head and pairs: thread row y of head group blockIdx.y owns head hh = blockIdx.y rows + y (q
+//    heads first, then k; rows past Hq + Hk exit at once), lane x its pair vector x (two
+//    V-vectors of channels, and the pairs' c_i, s_i), as in the lean kernel.
 //  - Ring (ThreadRing, [stage][chunk][thread]): in round t a thread starts the cp.async of token
 //    t + S - 1's two vectors (L2 only) and cos/sin chunks (through L1: every head row of the block
 //    reads the same rows), then waits for its own copy of token t; it reads and writes nothing
@@ -54,14 +55,15 @@ struct LeanRunRing {
                 "the planner's ring size");
 };
 
-/// Runs block blockIdx.x's tokens for the thread (x, y) of the lean block: each round hands token
-/// t's data (regs), c_i, s_i of pairs i0 .. i0 + V - 1 (s_i negated for the inverse rotation) and
-/// (b, s) to body(t, b, s, regs, c, sn). oa / ob: the thread's two vectors' channels in its head;
+/// Runs block blockIdx.x's tokens for the thread (x, y) of the lean block, owner of head hh (<
+/// Hq + Hk): each round hands token t's data (regs), c_i, s_i of pairs i0 .. i0 + V - 1 (s_i
+/// negated for the inverse rotation) and (b, s) to body(t, b, s, regs, c, sn). oa / ob: the
+/// thread's two vectors' channels in its head;
 /// Spec: the facts fixed at compile time (rope_lean_spec.h). `ring` is the block's dynamic
 /// shared memory, LeanRunRing<T, C>::Ring::bytes(threads) of it.
 template <typename T, typename C, typename Spec, typename Body>
 __device__ __forceinline__ void rope_lean_run(const RopeKernelArgs& a, int64_t tokens_per_block,
-                                              uint4* ring, int oa, int ob, Body&& body) {
+                                              uint4* ring, int hh, int oa, int ob, Body&& body) {
   using R = LeanRunRing<T, C>;
   constexpr int V = R::V;
   constexpr int S = core::kRopeLeanRunStages;
@@ -70,7 +72,6 @@ __device__ __forceinline__ void rope_lean_run(const RopeKernelArgs& a, int64_t t
   const int threads = static_cast<int>(blockDim.x * blockDim.y);
   const typename R::Ring rg{ring, static_cast<int>(threadIdx.y * blockDim.x + threadIdx.x),
                             threads};
-  const int hh = static_cast<int>(threadIdx.y);
   const bool is_q = hh < a.hq;
   const int head = is_q ? hh : hh - a.hq;
   const int i0 = static_cast<int>(threadIdx.x) * V;
@@ -132,7 +133,8 @@ __global__ void __launch_bounds__(core::kRopeLeanLongRunThreads, core::kRopeLean
     rope_lean_run_kernel(const RopeKernelArgs a, int64_t tokens_per_block) {
   constexpr int V = core::kRopeLeanVec;
   extern __shared__ uint4 rope_lean_run_ring[];
-  const int hh = static_cast<int>(threadIdx.y);
+  const int hh = static_cast<int>(blockIdx.y * blockDim.y + threadIdx.y);
+  if (hh >= a.hq + a.hk) return;
   const bool is_q = hh < a.hq;
   const int head = is_q ? hh : hh - a.hq;
   const int i0 = static_cast<int>(threadIdx.x) * V;
@@ -140,7 +142,7 @@ __global__ void __launch_bounds__(core::kRopeLeanLongRunThreads, core::kRopeLean
   const int ob = kGptj ? 2 * i0 + V : a.half + i0;
   const RopeOperand& out = is_q ? a.q_out : a.k_out;
   griddep_wait();
-  rope_lean_run<T, C, Spec>(a, tokens_per_block, rope_lean_run_ring, oa, ob,
+  rope_lean_run<T, C, Spec>(a, tokens_per_block, rope_lean_run_ring, hh, oa, ob,
                             [&](int64_t, int64_t b, int64_t s, const RopeHeadRegs<T, V>& regs,
                                 const float(&c)[V], const float(&sn)[V]) {
                               rope_rotate_store<T, V, kGptj>(
