@@ -313,113 +313,131 @@ int main(int argc, char** argv) {
   const Device d0 = Device::cuda(0);
   std::vector<int64_t> runs = {4096, 16384, 65536};
   if (argc > 1) runs = {std::atoll(argv[1])};  // one run length (for a profiler)
-  for (int64_t t : runs) {
-    auto view = [&](void* p, int64_t heads) {
-      return TensorRef::contiguous(p, DType::kBFloat16, {t, heads, kD}, d0);
-    };
-    const TensorRef twq = TensorRef::contiguous(w, DType::kBFloat16, {kD}, d0);
-    const TensorRef twk = TensorRef::contiguous(w + kD, DType::kBFloat16, {kD}, d0);
-    auto rstd = [&](float* p, int64_t heads) {
-      return TensorRef::contiguous(p, DType::kFloat32, {t, heads}, d0);
-    };
-    RopePositions rp;
-    rp.positions = TensorRef::contiguous(csd.pos, DType::kInt64, {t}, d0);
-    RopeCosSin cs;
-    cs.kind = CosSinKind::kCache;
-    cs.cache = TensorRef::contiguous(csd.cache, DType::kFloat32, {max_t, kD}, d0);
-    RopeParams prm;
-    QkNormParams np;
-    auto lib = [&] {
-      check(qk_norm_rope(view(q, kHq), view(k, kHk), twq, twk, view(yq, kHq), view(yk, kHk),
-                         rstd(rq, kHq), rstd(rk, kHk), rp, cs, prm, np, nullptr),
-            "library");
-    };
-    // The library's arguments for the same call, writing the second outputs.
-    const core::QkNormRopeCall call =
-        core::qk_norm_rope_call(view(q, kHq), view(k, kHk), twq, twk, view(yq2, kHq),
-                                view(yk2, kHk), rstd(rq2, kHq), rstd(rk2, kHk), rp, cs, prm, np);
-    core::RopeGeometry geo;
-    check(core::validate_qk_norm_rope(call, -1, &geo), "validate");
-    QkNormRopeArgs qa{};
-    core::QkNormRopeFacts facts;
-    fill_qk_norm_rope_args(call, geo, &qa, &facts);
-    auto persistent = [&](auto kernel, int blocks_per_sm) {
-      return [&, kernel, blocks_per_sm] {
-        const int64_t grid = std::min<int64_t>(t, int64_t{sms} * blocks_per_sm);
-        CK(launch_with_pdl(kernel, dim3(static_cast<unsigned>(grid)), dim3(kLanes, kHeads), 0,
-                           nullptr, qa, (t + grid - 1) / grid));
+  for (const bool gptj : {false, true}) {
+    for (int64_t t : runs) {
+      auto view = [&](void* p, int64_t heads) {
+        return TensorRef::contiguous(p, DType::kBFloat16, {t, heads, kD}, d0);
       };
-    };
-    const auto v2 = persistent(persistent_qk_kernel<2, false>, 2);
-    const auto v2p = persistent(persistent_qk_kernel<2, true>, 2);
-    const auto v3p = persistent(persistent_qk_kernel<3, true>, 3);
-    // The library's lean-run kernel in its two instances, on the library's arguments.
-    const auto run_smem = static_cast<size_t>(core::rope_lean_run_ring_bytes(2, 4, kThreads));
-    auto library_run = [&](auto kernel) {
-      CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                              static_cast<int>(run_smem)));
-      return [&, kernel] {
-        const int64_t grid = std::min<int64_t>(t, int64_t{sms} * core::kQkLeanRunMinBlocks);
-        CK(launch_with_pdl(kernel, dim3(static_cast<unsigned>(grid)), dim3(kLanes, kHeads),
-                           run_smem, nullptr, qa, (t + grid - 1) / grid));
+      const TensorRef twq = TensorRef::contiguous(w, DType::kBFloat16, {kD}, d0);
+      const TensorRef twk = TensorRef::contiguous(w + kD, DType::kBFloat16, {kD}, d0);
+      auto rstd = [&](float* p, int64_t heads) {
+        return TensorRef::contiguous(p, DType::kFloat32, {t, heads}, d0);
       };
-    };
-    const auto r_lanes =
-        library_run(qk_norm_rope_lean_run_kernel<bf16, float, false, LeanLanes<8>>);
-    const auto r_i64 =
-        library_run(qk_norm_rope_lean_run_kernel<bf16, float, false, LeanRowsI64<8>>);
-    const auto pipe = persistent(pipelined_qk_kernel<2>, 2);
-    auto ring = [&](auto kernel, int bytes) {
-      CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-      return [&, kernel, bytes] {
-        const int64_t grid = std::min<int64_t>(t, int64_t{sms} * 2);
-        CK(launch_with_pdl(kernel, dim3(static_cast<unsigned>(grid)), dim3(kLanes, kHeads),
-                           static_cast<size_t>(bytes), nullptr, qa, (t + grid - 1) / grid));
+      RopePositions rp;
+      rp.positions = TensorRef::contiguous(csd.pos, DType::kInt64, {t}, d0);
+      RopeCosSin cs;
+      cs.kind = CosSinKind::kCache;
+      cs.cache = TensorRef::contiguous(csd.cache, DType::kFloat32, {max_t, kD}, d0);
+      RopeParams prm;
+      prm.style = gptj ? RopeStyle::kGptj : RopeStyle::kNeox;
+      QkNormParams np;
+      auto lib = [&] {
+        check(qk_norm_rope(view(q, kHq), view(k, kHk), twq, twk, view(yq, kHq), view(yk, kHk),
+                           rstd(rq, kHq), rstd(rk, kHk), rp, cs, prm, np, nullptr),
+              "library");
       };
-    };
-    const auto ring2 = ring(ring_qk_kernel<2, true>, ring_bytes<2, true>());
-    const auto ring3 = ring(ring_qk_kernel<3, true>, ring_bytes<3, true>());
-    const auto ring4d = ring(ring_qk_kernel<4, false>, ring_bytes<4, false>());
-    const auto ring6d = ring(ring_qk_kernel<6, false>, ring_bytes<6, false>());
-    const size_t nq = t * kHq * kD, nk = t * kHk * kD;
-    CK(cudaMemset(yq, 0xff, qn * 2));
-    CK(cudaMemset(yk, 0xff, kn * 2));
-    lib();
-    CK(cudaDeviceSynchronize());
-    const auto ref_q = to_host16(yq, nq), ref_k = to_host16(yk, nk);
-    const auto ref_rq = to_host32(rq, t * kHq), ref_rk = to_host32(rk, t * kHk);
-    const std::vector<std::function<void()>> vs = {v2,   v2p,   v3p,   r_lanes, r_i64,
-                                                   pipe, ring2, ring3, ring4d,  ring6d};
-    const std::vector<const char*> names = {
-        "2 blocks",       "2 blocks prefetch", "3 blocks prefetch", "run lanes",   "run i64 rows",
-        "pipelined regs", "ring 2 + cos/sin",  "ring 3 + cos/sin",  "ring 4 data", "ring 6 data"};
-    for (size_t vi = 0; vi < vs.size(); ++vi) {
-      const auto* v = &vs[vi];
-      CK(cudaMemset(yq2, 0xff, qn * 2));
-      CK(cudaMemset(yk2, 0xff, kn * 2));
-      CK(cudaMemset(rq2, 0xff, max_t * kHq * 4));
-      CK(cudaMemset(rk2, 0xff, max_t * kHk * 4));
-      (*v)();
+      // The library's arguments for the same call, writing the second outputs.
+      const core::QkNormRopeCall call =
+          core::qk_norm_rope_call(view(q, kHq), view(k, kHk), twq, twk, view(yq2, kHq),
+                                  view(yk2, kHk), rstd(rq2, kHq), rstd(rk2, kHk), rp, cs, prm, np);
+      core::RopeGeometry geo;
+      check(core::validate_qk_norm_rope(call, -1, &geo), "validate");
+      QkNormRopeArgs qa{};
+      core::QkNormRopeFacts facts;
+      fill_qk_norm_rope_args(call, geo, &qa, &facts);
+      auto persistent = [&](auto kernel, int blocks_per_sm) {
+        return [&, kernel, blocks_per_sm] {
+          const int64_t grid = std::min<int64_t>(t, int64_t{sms} * blocks_per_sm);
+          CK(launch_with_pdl(kernel, dim3(static_cast<unsigned>(grid)), dim3(kLanes, kHeads), 0,
+                             nullptr, qa, (t + grid - 1) / grid));
+        };
+      };
+      const auto v2 = persistent(persistent_qk_kernel<2, false>, 2);
+      const auto v2p = persistent(persistent_qk_kernel<2, true>, 2);
+      const auto v3p = persistent(persistent_qk_kernel<3, true>, 3);
+      // The library's lean-run kernel in its two instances, on the library's arguments.
+      const auto run_smem = static_cast<size_t>(core::rope_lean_run_ring_bytes(2, 4, kThreads));
+      auto library_run = [&](auto kernel) {
+        CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                static_cast<int>(run_smem)));
+        return [&, kernel] {
+          const int64_t grid = std::min<int64_t>(t, int64_t{sms} * core::kQkLeanRunMinBlocks);
+          CK(launch_with_pdl(kernel, dim3(static_cast<unsigned>(grid)), dim3(kLanes, kHeads),
+                             run_smem, nullptr, qa, (t + grid - 1) / grid));
+        };
+      };
+      const auto r_lanes =
+          library_run(qk_norm_rope_lean_run_kernel<bf16, float, false, LeanLanes<8>>);
+      const auto r_i64 =
+          library_run(qk_norm_rope_lean_run_kernel<bf16, float, false, LeanRowsI64<8>>);
+      const auto pipe = persistent(pipelined_qk_kernel<2>, 2);
+      auto ring = [&](auto kernel, int bytes) {
+        CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+        return [&, kernel, bytes] {
+          const int64_t grid = std::min<int64_t>(t, int64_t{sms} * 2);
+          CK(launch_with_pdl(kernel, dim3(static_cast<unsigned>(grid)), dim3(kLanes, kHeads),
+                             static_cast<size_t>(bytes), nullptr, qa, (t + grid - 1) / grid));
+        };
+      };
+      const auto ring2 = ring(ring_qk_kernel<2, true>, ring_bytes<2, true>());
+      const auto ring3 = ring(ring_qk_kernel<3, true>, ring_bytes<3, true>());
+      const auto ring4d = ring(ring_qk_kernel<4, false>, ring_bytes<4, false>());
+      const auto ring6d = ring(ring_qk_kernel<6, false>, ring_bytes<6, false>());
+      const size_t nq = t * kHq * kD, nk = t * kHk * kD;
+      CK(cudaMemset(yq, 0xff, qn * 2));
+      CK(cudaMemset(yk, 0xff, kn * 2));
+      lib();
       CK(cudaDeviceSynchronize());
-      const auto eq = to_host16(yq2, nq), ek = to_host16(yk2, nk);
-      const auto erq = to_host32(rq2, t * kHq), erk = to_host32(rk2, t * kHk);
-      size_t differ = 0, r_differ = 0;
-      for (size_t i = 0; i < nq; ++i) differ += eq[i] != ref_q[i];
-      for (size_t i = 0; i < nk; ++i) differ += ek[i] != ref_k[i];
-      for (size_t i = 0; i < erq.size(); ++i) r_differ += erq[i] != ref_rq[i];
-      for (size_t i = 0; i < erk.size(); ++i) r_differ += erk[i] != ref_rk[i];
-      std::printf("  T=%5lld check %-18s: %zu q/k elements differ, %zu rstd values differ\n",
-                  static_cast<long long>(t), names[vi], differ, r_differ);
+      const auto ref_q = to_host16(yq, nq), ref_k = to_host16(yk, nk);
+      const auto ref_rq = to_host32(rq, t * kHq), ref_rk = to_host32(rk, t * kHk);
+      const auto r_i64_l1 =
+          library_run(qk_norm_rope_lean_run_kernel<bf16, float, false, LeanRowsI64<8>, true>);
+      std::vector<std::function<void()>> vs = {v2,   v2p,   v3p,   r_lanes, r_i64, r_i64_l1,
+                                               pipe, ring2, ring3, ring4d,  ring6d};
+      std::vector<const char*> names = {"2 blocks",       "2 blocks prefetch", "3 blocks prefetch",
+                                        "run lanes",      "run i64 rows",      "run i64 data L1",
+                                        "pipelined regs", "ring 2 + cos/sin",  "ring 3 + cos/sin",
+                                        "ring 4 data",    "ring 6 data"};
+      if (gptj) {  // the library's gptj kernels only (the experiment kernels are neox)
+        const auto g_l2 =
+            library_run(qk_norm_rope_lean_run_kernel<bf16, float, true, LeanRowsI64<8>, false>);
+        const auto g_l1 =
+            library_run(qk_norm_rope_lean_run_kernel<bf16, float, true, LeanRowsI64<8>, true>);
+        const auto g_lean = [&] {
+          CK(launch_with_pdl(qk_norm_rope_lean_kernel<bf16, float, true, LeanLanesWeights<8>>,
+                             dim3(static_cast<unsigned>(t)), dim3(kLanes, kHeads), 0, nullptr, qa));
+        };
+        vs = {g_l2, g_l1, g_lean};
+        names = {"gptj run data via L2", "gptj run data via L1", "gptj lean per token"};
+      }
+      for (size_t vi = 0; vi < vs.size(); ++vi) {
+        const auto* v = &vs[vi];
+        CK(cudaMemset(yq2, 0xff, qn * 2));
+        CK(cudaMemset(yk2, 0xff, kn * 2));
+        CK(cudaMemset(rq2, 0xff, max_t * kHq * 4));
+        CK(cudaMemset(rk2, 0xff, max_t * kHk * 4));
+        (*v)();
+        CK(cudaDeviceSynchronize());
+        const auto eq = to_host16(yq2, nq), ek = to_host16(yk2, nk);
+        const auto erq = to_host32(rq2, t * kHq), erk = to_host32(rk2, t * kHk);
+        size_t differ = 0, r_differ = 0;
+        for (size_t i = 0; i < nq; ++i) differ += eq[i] != ref_q[i];
+        for (size_t i = 0; i < nk; ++i) differ += ek[i] != ref_k[i];
+        for (size_t i = 0; i < erq.size(); ++i) r_differ += erq[i] != ref_rq[i];
+        for (size_t i = 0; i < erk.size(); ++i) r_differ += erk[i] != ref_rk[i];
+        std::printf("  %s T=%5lld check %-20s: %zu q/k elements differ, %zu rstd values differ\n",
+                    gptj ? "gptj" : "neox", static_cast<long long>(t), names[vi], differ, r_differ);
+      }
+      const double bytes = 2.0 * static_cast<double>(nq + nk) * 2 +
+                           static_cast<double>(t) * (kHeads * 4 + 8 + kD * 4);
+      const float t_lib = time_med(lib, true);
+      std::printf("%s T=%5lld cold: library %8.2f us (%6.0f GB/s)", gptj ? "gptj" : "neox",
+                  static_cast<long long>(t), t_lib, bytes / t_lib / 1e3);
+      for (size_t vi = 0; vi < vs.size(); ++vi) {
+        std::printf(" | %s %.2f", names[vi], time_med(vs[vi], true));
+      }
+      std::printf(" us\n");
     }
-    const double bytes =
-        2.0 * static_cast<double>(nq + nk) * 2 + static_cast<double>(t) * (kHeads * 4 + 8 + kD * 4);
-    const float t_lib = time_med(lib, true);
-    std::printf("T=%5lld cold: library %8.2f us (%6.0f GB/s)", static_cast<long long>(t), t_lib,
-                bytes / t_lib / 1e3);
-    for (size_t vi = 0; vi < vs.size(); ++vi) {
-      std::printf(" | %s %.2f", names[vi], time_med(vs[vi], true));
-    }
-    std::printf(" us\n");
   }
   return 0;
 }

@@ -3,9 +3,14 @@
 // uses) beat the library's lean kernel (one block per token, LeanRows) on long runs?
 // bf16 q [T, 32, D], k [T, 8, D], f32 cache of T rows (the main job's table size), random
 // int64 positions; D 128 neox, gptj and the inverse rotation, D 64 neox.
-// Ownership: the library's kernels; the lean-run kernel on the library's arguments
-// (cuda::fill_rope_args) at 2, 3 and 4 blocks per multiprocessor (C = ceil(T / grid) tokens
-// per block). Each output is compared bit for bit with the library call's.
+// Ownership: the library's kernels; the experiment's lean-run kernel (rope_lean_run with the
+// lean kernel's rotation) on the library's arguments (cuda::fill_rope_args) at 2, 3 and 4 blocks
+// per multiprocessor (C = ceil(T / grid) tokens per block), its data copies through L2 only or
+// through L1. Each output is compared bit for bit with the library call's.
+// At 7cac74a (bench/results/rope-lean-run-7cac74a-nvidia-h200.log) the lean run was no faster
+// than the library's lean kernel for neox D 128 (361.8 against 360.0 us at T = 65536), slower
+// for D 64 (195.6 against 172.3) and far slower for gptj (489.1 against 374.5), so RoPE keeps
+// its lean kernel.
 // Cold-L2 CUDA-event medians. Not part of the build:
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90,code=sm_90 -Iinclude -Isrc \
 //        bench/experiments/rope_lean_run.cu build/libropenorm.a -o rope_lean_run
@@ -35,6 +40,32 @@ namespace {
 
 constexpr int kHq = 32, kHk = 8;
 
+// Lean-run RoPE (forward or inverse, a.inverse) of style kGptj: the library's rope_lean_run with
+// the lean kernel's rope_rotate_store per token, so the lean kernel's bits; kDataViaL1 as
+// rope_lean_run's.
+template <typename T, typename C, bool kGptj, typename Spec, bool kDataViaL1>
+__global__ void __launch_bounds__(core::kRopeLeanLongRunThreads, 2)
+    rope_lean_run_kernel(const RopeKernelArgs a, int64_t tokens_per_block) {
+  constexpr int V = core::kRopeLeanVec;
+  extern __shared__ uint4 rope_lean_run_ring[];
+  const int hh = static_cast<int>(blockIdx.y * blockDim.y + threadIdx.y);
+  if (hh >= a.hq + a.hk) return;
+  const bool is_q = hh < a.hq;
+  const int head = is_q ? hh : hh - a.hq;
+  const int i0 = static_cast<int>(threadIdx.x) * V;
+  const int oa = kGptj ? 2 * i0 : i0;
+  const int ob = kGptj ? 2 * i0 + V : a.half + i0;
+  const RopeOperand& out = is_q ? a.q_out : a.k_out;
+  griddep_wait();
+  rope_lean_run<T, C, Spec, kDataViaL1>(
+      a, tokens_per_block, rope_lean_run_ring, hh, oa, ob,
+      [&](int64_t, int64_t b, int64_t s, const RopeHeadRegs<T, V>& regs, const float(&c)[V],
+          const float(&sn)[V]) {
+        rope_rotate_store<T, V, kGptj>(
+            [&] { return const_cast<T*>(rope_head_ptr<T>(out, b, s, head)); }, oa, ob, regs, c, sn);
+      });
+}
+
 std::vector<uint16_t> to_host16(const void* p, size_t n) {
   std::vector<uint16_t> v(n);
   CK(cudaMemcpy(v.data(), p, n * 2, cudaMemcpyDeviceToHost));
@@ -54,9 +85,9 @@ int main() {
   CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   std::printf("registers: lean run neox %d, gptj %d\n",
               regs_of(reinterpret_cast<const void*>(
-                  rope_lean_run_kernel<bf16, float, false, LeanRowsI64<0>>)),
+                  rope_lean_run_kernel<bf16, float, false, LeanRowsI64<0>, false>)),
               regs_of(reinterpret_cast<const void*>(
-                  rope_lean_run_kernel<bf16, float, true, LeanRowsI64<0>>)));
+                  rope_lean_run_kernel<bf16, float, true, LeanRowsI64<0>, false>)));
   std::printf("copy bandwidth %.1f GB/s\n", copy_bandwidth_gbps(size_t{1} << 30));
   const Device d0 = Device::cuda(0);
   struct Config {
@@ -95,10 +126,13 @@ int main() {
       fill_rope_args(call, geo, &ra);
       const int threads = cf.d / 16 * (kHq + kHk);
       const auto smem = static_cast<size_t>(core::rope_lean_run_ring_bytes(2, 4, threads));
-      auto run = [&](int per_sm) -> std::function<void()> {
-        const auto kernel = cf.style == RopeStyle::kGptj
-                                ? rope_lean_run_kernel<bf16, float, true, LeanRowsI64<0>>
-                                : rope_lean_run_kernel<bf16, float, false, LeanRowsI64<0>>;
+      auto run = [&](int per_sm, bool via_l1) -> std::function<void()> {
+        const auto kernel =
+            cf.style == RopeStyle::kGptj
+                ? (via_l1 ? rope_lean_run_kernel<bf16, float, true, LeanRowsI64<0>, true>
+                          : rope_lean_run_kernel<bf16, float, true, LeanRowsI64<0>, false>)
+                : (via_l1 ? rope_lean_run_kernel<bf16, float, false, LeanRowsI64<0>, true>
+                          : rope_lean_run_kernel<bf16, float, false, LeanRowsI64<0>, false>);
         CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                 static_cast<int>(smem)));
         return [&, kernel, per_sm] {
@@ -108,8 +142,10 @@ int main() {
                              (t + grid - 1) / grid));
         };
       };
-      const std::vector<std::function<void()>> vs = {run(2), run(3), run(4)};
-      const char* names[] = {"run 2/SM", "run 3/SM", "run 4/SM"};
+      const std::vector<std::function<void()>> vs = {run(2, false), run(3, false), run(4, false),
+                                                     run(2, true), run(3, true)};
+      const char* names[] = {"run 2/SM", "run 3/SM", "run 4/SM", "run 2/SM data via L1",
+                             "run 3/SM data via L1"};
       const size_t nq = t * kHq * cf.d, nk = t * kHk * cf.d;
       CK(cudaMemset(yq, 0xff, qn * 2));
       CK(cudaMemset(yk, 0xff, kn * 2));

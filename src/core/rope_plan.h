@@ -130,9 +130,6 @@ int64_t rope_lean_max_tokens(const RopeLeanFacts& f);
 /// bench/experiments/qk_forward_persistent.cu: 367.5 us at T = 65536 with 2 stages, 375.0 with 3,
 /// against 410.7 for the same kernel loading into registers).
 constexpr int kRopeLeanRunStages = 2;
-/// Blocks per multiprocessor the lean-run RoPE kernel's register budget is set for (blocks of up
-/// to kRopeLeanLongRunThreads threads).
-constexpr int kRopeLeanRunMinBlocks = 2;
 
 /// Dynamic shared memory of a lean-run block of `threads` threads: kRopeLeanRunStages stages of
 /// each thread's two kRopeLeanVec-vectors of q/k (elem_size bytes each) and of its cos and sin

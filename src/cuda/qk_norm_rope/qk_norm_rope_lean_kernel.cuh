@@ -77,8 +77,9 @@ __global__ void __launch_bounds__(Spec::kMaxThreads)
 
 /// Lean-run QK-norm + RoPE of style kGptj with cos/sin tables of dtype C, Spec::kLanes lanes per
 /// head (8 or 16) and the other facts Spec fixes; C tokens per block (tokens_per_block), the
-/// block's ring in dynamic shared memory (core::QkNormRopePlan::smem_bytes).
-template <typename T, typename C, bool kGptj, typename Spec>
+/// block's ring in dynamic shared memory (core::QkNormRopePlan::smem_bytes); kDataViaL1 as
+/// rope_lean_run's (the launcher takes the default).
+template <typename T, typename C, bool kGptj, typename Spec, bool kDataViaL1 = kGptj>
 __global__ void __launch_bounds__(core::kQkLeanRunThreads, core::kQkLeanRunMinBlocks)
     qk_norm_rope_lean_run_kernel(const QkNormRopeArgs args, int64_t tokens_per_block) {
   static_assert(Spec::kLanes == 8 || Spec::kLanes == 16, "the lean run fixes the lanes");
@@ -100,21 +101,21 @@ __global__ void __launch_bounds__(core::kQkLeanRunThreads, core::kQkLeanRunMinBl
   griddep_wait();
   float w0[V], w1[V];
   qk_head_weights<V, std::conditional_t<Spec::kWeightsAsData, T, void>>(args, hh, oa, ob, w0, w1);
-  rope_lean_run<T, C, Spec>(a, tokens_per_block, qk_lean_run_ring, hh, oa, ob,
-                            [&](int64_t t, int64_t b, int64_t s, const RopeHeadRegs<T, V>& regs,
-                                const float(&c)[V], const float(&sn)[V]) {
-                              qk_pair_head<T, V, kGptj, kD>(
-                                  args,
-                                  [&] { return const_cast<T*>(rope_head_ptr<T>(out, b, s, head)); },
-                                  t, hh, oa, ob, regs, c, sn, mask, g,
-                                  [&](float(&f0)[V], float(&f1)[V]) {
+  rope_lean_run<T, C, Spec, kGptj>(
+      a, tokens_per_block, qk_lean_run_ring, hh, oa, ob,
+      [&](int64_t t, int64_t b, int64_t s, const RopeHeadRegs<T, V>& regs, const float(&c)[V],
+          const float(&sn)[V]) {
+        qk_pair_head<T, V, kGptj, kD>(
+            args, [&] { return const_cast<T*>(rope_head_ptr<T>(out, b, s, head)); }, t, hh, oa, ob,
+            regs, c, sn, mask, g,
+            [&](float(&f0)[V], float(&f1)[V]) {
 #pragma unroll
-                                    for (int i = 0; i < V; ++i) {
-                                      f0[i] = w0[i];
-                                      f1[i] = w1[i];
-                                    }
-                                  });
-                            });
+              for (int i = 0; i < V; ++i) {
+                f0[i] = w0[i];
+                f1[i] = w1[i];
+              }
+            });
+      });
 }
 
 }  // namespace ropenorm::cuda

@@ -2,6 +2,7 @@
 // y) over a persistent grid of contiguous token runs, each thread fetching its next tokens' data
 // and cos/sin into its own shared-memory ring while it computes the current one. The per-token
 // work is the caller's (the QK-norm + RoPE lean-run kernel), so its bits are the lean kernel's.
+// (RoPE on this loop measured no faster than its lean kernel: bench/experiments/rope_lean_run.cu.)
 //
 // Ownership (grid (gx, head groups), block (g, rows), S = core::kRopeLeanRunStages):
 //  - Tokens: block bx owns the contiguous tokens [bx C, min(T, (bx + 1) C)), C = tokens_per_block,
@@ -10,10 +11,10 @@
 //    heads first, then k; rows past Hq + Hk exit at once), lane x its pair vector x (two
 //    V-vectors of channels, and the pairs' c_i, s_i), as in the lean kernel.
 //  - Ring (ThreadRing, [stage][chunk][thread]): in round t a thread starts the cp.async of token
-//    t + S - 1's two vectors (L2 only) and cos/sin chunks (through L1: every head row of the block
-//    reads the same rows), then waits for its own copy of token t; it reads and writes nothing
-//    but its own slots, so no barrier is needed. The position of token t + S - 1 was loaded in
-//    the previous round, so no round waits for a position before it can fetch.
+//    t + S - 1's two vectors (L2 only for neox) and cos/sin chunks (through L1: every head row
+//    of the block reads the same rows), then waits for its own copy of token t; it reads and
+//    writes nothing but its own slots, so no barrier is needed. The position of token t + S - 1
+//    was loaded in the previous round, so no round waits for a position before it can fetch.
 // A thread reads a token's two vectors (from the ring) before it writes them, and fetches token
 // t + 1 only from addresses token t does not write (R = D, one head per row), so in place is safe.
 #pragma once
@@ -21,7 +22,6 @@
 #include <cstdint>
 
 #include "core/rope_plan.h"
-#include "cuda/common/pdl.cuh"
 #include "cuda/common/thread_ring.cuh"
 #include "cuda/rope/rope_args.h"
 #include "cuda/rope/rope_kernels.cuh"
@@ -59,9 +59,11 @@ struct LeanRunRing {
 /// Hq + Hk): each round hands token t's data (regs), c_i, s_i of pairs i0 .. i0 + V - 1 (s_i
 /// negated for the inverse rotation) and (b, s) to body(t, b, s, regs, c, sn). oa / ob: the
 /// thread's two vectors' channels in its head;
-/// Spec: the facts fixed at compile time (rope_lean_spec.h). `ring` is the block's dynamic
-/// shared memory, LeanRunRing<T, C>::Ring::bytes(threads) of it.
-template <typename T, typename C, typename Spec, typename Body>
+/// Spec: the facts fixed at compile time (rope_lean_spec.h); kDataViaL1: the data's copies go
+/// through L1 (gptj: a lane's two vectors are the two halves of one 32-byte sector, which the
+/// second copy then finds in L1). `ring` is the block's dynamic shared memory,
+/// LeanRunRing<T, C>::Ring::bytes(threads) of it.
+template <typename T, typename C, typename Spec, bool kDataViaL1, typename Body>
 __device__ __forceinline__ void rope_lean_run(const RopeKernelArgs& a, int64_t tokens_per_block,
                                               uint4* ring, int hh, int oa, int ob, Body&& body) {
   using R = LeanRunRing<T, C>;
@@ -86,8 +88,8 @@ __device__ __forceinline__ void rope_lean_run(const RopeKernelArgs& a, int64_t t
   LeanRunCursor fet = cur;
   auto fetch = [&](int stage, int64_t p) {
     const T* x = rope_head_ptr<T>(in, fet.b, fet.s, head);
-    rg.template fetch<kVecBytes, false>(stage, 0, x + oa);
-    rg.template fetch<kVecBytes, false>(stage, R::kVecChunks, x + ob);
+    rg.template fetch<kVecBytes, kDataViaL1>(stage, 0, x + oa);
+    rg.template fetch<kVecBytes, kDataViaL1>(stage, R::kVecChunks, x + ob);
     int64_t co, so;
     rope_lean_cos_sin_rows<Spec>(a, p, fet.b, fet.s, co, so);
     rg.template fetch<kCsBytes, true>(stage, kCos, static_cast<const C*>(a.cos) + co + i0);
@@ -122,33 +124,6 @@ __device__ __forceinline__ void rope_lean_run(const RopeKernelArgs& a, int64_t t
     cur.next(a.seq);
     stage = stage == S - 1 ? 0 : stage + 1;
   }
-}
-
-/// Lean-run RoPE (forward or inverse, a.inverse) of style kGptj with cos/sin tables of dtype C
-/// and the facts Spec fixes: rope_lean_run with the lean kernel's rope_rotate_store per token, so
-/// the lean kernel's bits; C tokens per block (tokens_per_block), the block's ring in dynamic
-/// shared memory (core::rope_lean_run_ring_bytes).
-template <typename T, typename C, bool kGptj, typename Spec>
-__global__ void __launch_bounds__(core::kRopeLeanLongRunThreads, core::kRopeLeanRunMinBlocks)
-    rope_lean_run_kernel(const RopeKernelArgs a, int64_t tokens_per_block) {
-  constexpr int V = core::kRopeLeanVec;
-  extern __shared__ uint4 rope_lean_run_ring[];
-  const int hh = static_cast<int>(blockIdx.y * blockDim.y + threadIdx.y);
-  if (hh >= a.hq + a.hk) return;
-  const bool is_q = hh < a.hq;
-  const int head = is_q ? hh : hh - a.hq;
-  const int i0 = static_cast<int>(threadIdx.x) * V;
-  const int oa = kGptj ? 2 * i0 : i0;
-  const int ob = kGptj ? 2 * i0 + V : a.half + i0;
-  const RopeOperand& out = is_q ? a.q_out : a.k_out;
-  griddep_wait();
-  rope_lean_run<T, C, Spec>(a, tokens_per_block, rope_lean_run_ring, hh, oa, ob,
-                            [&](int64_t, int64_t b, int64_t s, const RopeHeadRegs<T, V>& regs,
-                                const float(&c)[V], const float(&sn)[V]) {
-                              rope_rotate_store<T, V, kGptj>(
-                                  [&] { return const_cast<T*>(rope_head_ptr<T>(out, b, s, head)); },
-                                  oa, ob, regs, c, sn);
-                            });
 }
 
 }  // namespace ropenorm::cuda
