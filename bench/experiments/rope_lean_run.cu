@@ -57,10 +57,10 @@ __global__ void __launch_bounds__(core::kRopeLeanLongRunThreads, 2)
   const int ob = kGptj ? 2 * i0 + V : a.half + i0;
   const RopeOperand& out = is_q ? a.q_out : a.k_out;
   griddep_wait();
-  rope_lean_run<T, C, Spec, kDataViaL1>(
-      a, tokens_per_block, rope_lean_run_ring, hh, oa, ob,
+  rope_lean_run<T, C, Spec, kDataViaL1, 0>(
+      a, tokens_per_block, rope_lean_run_ring, hh, oa, ob, [](auto&&...) {},
       [&](int64_t, int64_t b, int64_t s, const RopeHeadRegs<T, V>& regs, const float(&c)[V],
-          const float(&sn)[V]) {
+          const float(&sn)[V], const auto&, int) {
         rope_rotate_store<T, V, kGptj>(
             [&] { return const_cast<T*>(rope_head_ptr<T>(out, b, s, head)); }, oa, ob, regs, c, sn);
       });
