@@ -48,17 +48,13 @@ __global__ void __launch_bounds__(core::kRopeLeanLongRunThreads, 2)
     rope_lean_run_kernel(const RopeKernelArgs a, int64_t tokens_per_block) {
   constexpr int V = core::kRopeLeanVec;
   extern __shared__ uint4 rope_lean_run_ring[];
-  const int hh = static_cast<int>(blockIdx.y * blockDim.y + threadIdx.y);
-  if (hh >= a.hq + a.hk) return;
-  const bool is_q = hh < a.hq;
-  const int head = is_q ? hh : hh - a.hq;
-  const int i0 = static_cast<int>(threadIdx.x) * V;
-  const int oa = kGptj ? 2 * i0 : i0;
-  const int ob = kGptj ? 2 * i0 + V : a.half + i0;
-  const RopeOperand& out = is_q ? a.q_out : a.k_out;
+  const LeanRunLane ln = lean_run_lane<kGptj>(a, a.half);
+  if (ln.hh >= a.hq + a.hk) return;
+  const int hh = ln.hh, head = ln.head, oa = ln.oa, ob = ln.ob;
+  const RopeOperand& out = ln.is_q ? a.q_out : a.k_out;
   griddep_wait();
   rope_lean_run<T, C, Spec, kDataViaL1, 0>(
-      a, tokens_per_block, rope_lean_run_ring, hh, oa, ob, [](auto&&...) {},
+      a, tokens_per_block, rope_lean_run_ring, ln, [](auto&&...) {},
       [&](int64_t, int64_t b, int64_t s, const RopeHeadRegs<T, V>& regs, const float(&c)[V],
           const float(&sn)[V], const auto&, int) {
         rope_rotate_store<T, V, kGptj>(

@@ -90,19 +90,15 @@ __global__ void __launch_bounds__(core::kQkLeanRunThreads, core::kQkLeanRunMinBl
   const RopeKernelArgs& a = args.rope;
   const int lane = (threadIdx.y * g + threadIdx.x) & 31;
   const unsigned mask = g == 32 ? 0xffffffffu : ((1u << g) - 1u) << (lane & ~(g - 1));
-  const int hh = static_cast<int>(blockIdx.y * blockDim.y + threadIdx.y);
-  if (hh >= a.hq + a.hk) return;
-  const bool is_q = hh < a.hq;
-  const int head = is_q ? hh : hh - a.hq;
-  const int i0 = static_cast<int>(threadIdx.x) * V;
-  const int oa = kGptj ? 2 * i0 : i0;
-  const int ob = kGptj ? 2 * i0 + V : kD / 2 + i0;
-  const RopeOperand& out = is_q ? a.q_out : a.k_out;
+  const LeanRunLane ln = lean_run_lane<kGptj>(a, kD / 2);
+  if (ln.hh >= a.hq + a.hk) return;
+  const int hh = ln.hh, head = ln.head, oa = ln.oa, ob = ln.ob;
+  const RopeOperand& out = ln.is_q ? a.q_out : a.k_out;
   griddep_wait();
   float w0[V], w1[V];
   qk_head_weights<V, std::conditional_t<Spec::kWeightsAsData, T, void>>(args, hh, oa, ob, w0, w1);
   rope_lean_run<T, C, Spec, kDataViaL1, 0>(
-      a, tokens_per_block, qk_lean_run_ring, hh, oa, ob, [](auto&&...) {},
+      a, tokens_per_block, qk_lean_run_ring, ln, [](auto&&...) {},
       [&](int64_t t, int64_t b, int64_t s, const RopeHeadRegs<T, V>& regs, const float(&c)[V],
           const float(&sn)[V], const auto&, int) {
         qk_pair_head<T, V, kGptj, kD>(

@@ -40,6 +40,30 @@ struct LeanRunCursor {
   }
 };
 
+/// What thread (x, y) of head group blockIdx.y owns: head hh = blockIdx.y rows + y (q heads
+/// first; hh >= Hq + Hk: none), its index in q or k, and pair vector x: pairs i0 .. i0 + V - 1 at
+/// channels oa (the pairs' first halves) and ob (second halves) of the head.
+struct LeanRunLane {
+  int hh;
+  bool is_q;
+  int head;
+  int i0, oa, ob;
+};
+
+/// The lane of the calling thread for style kGptj and rotary half h.
+template <bool kGptj>
+__device__ __forceinline__ LeanRunLane lean_run_lane(const RopeKernelArgs& a, int h) {
+  constexpr int V = core::kRopeLeanVec;
+  LeanRunLane ln;
+  ln.hh = static_cast<int>(blockIdx.y * blockDim.y + threadIdx.y);
+  ln.is_q = ln.hh < a.hq;
+  ln.head = ln.is_q ? ln.hh : ln.hh - a.hq;
+  ln.i0 = static_cast<int>(threadIdx.x) * V;
+  ln.oa = kGptj ? 2 * ln.i0 : ln.i0;
+  ln.ob = kGptj ? 2 * ln.i0 + V : h + ln.i0;
+  return ln;
+}
+
 /// The ring of a lean-run thread: its two V-vectors of T, then the cos and sin V-vectors of C,
 /// then kExtra chunks of the caller's, per stage.
 template <typename T, typename C, int kExtra = 0>
@@ -56,20 +80,19 @@ struct LeanRunRing {
                 "the planner's ring size");
 };
 
-/// Runs block blockIdx.x's tokens for the thread (x, y) of the lean block, owner of head hh (<
-/// Hq + Hk): each round hands token t's data (regs), c_i, s_i of pairs i0 .. i0 + V - 1 (s_i
+/// Runs block blockIdx.x's tokens for the thread of lane ln (lean_run_lane; ln.hh < Hq + Hk):
+/// each round hands token t's data (regs), c_i, s_i of pairs i0 .. i0 + V - 1 (s_i
 /// negated for the inverse rotation) and (b, s) to body(t, b, s, regs, c, sn, ring, stage).
 /// kExtra more chunks per stage are the caller's: extra(ring, stage, chunk, t, b, s) starts
 /// token t's copies into chunks chunk .. chunk + kExtra - 1 when the token is fetched, and body
-/// reads them from (ring, stage). oa / ob: the thread's two vectors' channels in its head;
-/// Spec: the facts fixed at compile time (rope_lean_spec.h); kDataViaL1: the data's copies go
-/// through L1 (gptj: a lane's two vectors are the two halves of one 32-byte sector, which the
-/// second copy then finds in L1). `ring` is the block's dynamic shared memory,
-/// LeanRunRing<T, C, kExtra>::Ring::bytes(threads) of it.
+/// reads them from (ring, stage). Spec: the facts fixed at compile time (rope_lean_spec.h);
+/// kDataViaL1: the data's copies go through L1 (gptj: a lane's two vectors are the two halves of
+/// one 32-byte sector, which the second copy then finds in L1). `ring` is the block's dynamic
+/// shared memory, LeanRunRing<T, C, kExtra>::Ring::bytes(threads) of it.
 template <typename T, typename C, typename Spec, bool kDataViaL1, int kExtra, typename Extra,
           typename Body>
 __device__ __forceinline__ void rope_lean_run(const RopeKernelArgs& a, int64_t tokens_per_block,
-                                              uint4* ring, int hh, int oa, int ob, Extra&& extra,
+                                              uint4* ring, const LeanRunLane& ln, Extra&& extra,
                                               Body&& body) {
   using R = LeanRunRing<T, C, kExtra>;
   constexpr int V = R::V;
@@ -79,10 +102,7 @@ __device__ __forceinline__ void rope_lean_run(const RopeKernelArgs& a, int64_t t
   const int threads = static_cast<int>(blockDim.x * blockDim.y);
   const typename R::Ring rg{ring, static_cast<int>(threadIdx.y * blockDim.x + threadIdx.x),
                             threads};
-  const bool is_q = hh < a.hq;
-  const int head = is_q ? hh : hh - a.hq;
-  const int i0 = static_cast<int>(threadIdx.x) * V;
-  const RopeOperand& in = is_q ? a.q : a.k;
+  const RopeOperand& in = ln.is_q ? a.q : a.k;
   const int64_t t0 = static_cast<int64_t>(blockIdx.x) * tokens_per_block;
   const int64_t t_end = t0 + tokens_per_block < a.tokens ? t0 + tokens_per_block : a.tokens;
   if (t0 >= t_end) return;
@@ -92,13 +112,13 @@ __device__ __forceinline__ void rope_lean_run(const RopeKernelArgs& a, int64_t t
   rope_token_coords(a, t0, cur.b, cur.s);
   LeanRunCursor fet = cur;
   auto fetch = [&](int stage, int64_t t, int64_t p) {
-    const T* x = rope_head_ptr<T>(in, fet.b, fet.s, head);
-    rg.template fetch<kVecBytes, kDataViaL1>(stage, 0, x + oa);
-    rg.template fetch<kVecBytes, kDataViaL1>(stage, R::kVecChunks, x + ob);
+    const T* x = rope_head_ptr<T>(in, fet.b, fet.s, ln.head);
+    rg.template fetch<kVecBytes, kDataViaL1>(stage, 0, x + ln.oa);
+    rg.template fetch<kVecBytes, kDataViaL1>(stage, R::kVecChunks, x + ln.ob);
     int64_t co, so;
     rope_lean_cos_sin_rows<Spec>(a, p, fet.b, fet.s, co, so);
-    rg.template fetch<kCsBytes, true>(stage, kCos, static_cast<const C*>(a.cos) + co + i0);
-    rg.template fetch<kCsBytes, true>(stage, kSin, static_cast<const C*>(a.sin) + so + i0);
+    rg.template fetch<kCsBytes, true>(stage, kCos, static_cast<const C*>(a.cos) + co + ln.i0);
+    rg.template fetch<kCsBytes, true>(stage, kSin, static_cast<const C*>(a.sin) + so + ln.i0);
     if constexpr (kExtra > 0) extra(rg, stage, R::kExtraChunk, t, fet.b, fet.s);
   };
 #pragma unroll
