@@ -18,7 +18,14 @@
 // blocks with it. At 3653989 (bench/results/qk-forward-persistent-3653989-nvidia-h200.log) the
 // first ran T = 65536 in 405.1 us against the lean kernel's 466.8, with the same bits, and the
 // prefetch did not matter, so the library has that form (core::QkKernel::kLeanRun) and the
-// "library" column is that kernel from then on. Not part of the build:
+// "library" column is that kernel from then on. Later variants: the next token's data and cos/sin
+// in a second set of registers (pipelined_qk_kernel), a per-thread cp.async ring in shared memory
+// (ring_qk_kernel: 2 or 3 stages with the cos/sin chunks, or 4 / 6 of data only), and, for gptj,
+// the library's lean run with its data copies through L2 only or through L1 against the lean
+// kernel per token. At dd57912 (qk-forward-persistent-ring-dd57912-*) the 2-stage ring with
+// cos/sin ran T = 65536 in 367.5 us against 410.5, so the library's lean run has it from 423ca5e
+// on; at 89e11e8 (qk-forward-persistent-89e11e8-*) gptj ran 375.5 us through L1 and 486.3
+// through L2 only. Not part of the build:
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90,code=sm_90 -Iinclude -Isrc \
 //        bench/experiments/qk_forward_persistent.cu build/libropenorm.a -o qk_forward_persistent
 #include <cuda_runtime.h>

@@ -9,7 +9,8 @@
 // through L1. Each output is compared bit for bit with the library call's.
 // At 7cac74a (bench/results/rope-lean-run-7cac74a-nvidia-h200.log) the lean run was no faster
 // than the library's lean kernel for neox D 128 (361.8 against 360.0 us at T = 65536), slower
-// for D 64 (195.6 against 172.3) and far slower for gptj (489.1 against 374.5), so RoPE keeps
+// for D 64 (195.6 against 172.3) and far slower for gptj (489.1 against 374.5, its data copies
+// through L2 only then), so RoPE keeps
 // its lean kernel.
 // Cold-L2 CUDA-event medians. Not part of the build:
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90,code=sm_90 -Iinclude -Isrc \
