@@ -25,7 +25,9 @@
 // kernel per token. At dd57912 (qk-forward-persistent-ring-dd57912-*) the 2-stage ring with
 // cos/sin ran T = 65536 in 367.5 us against 410.5, so the library's lean run has it from 423ca5e
 // on; at 89e11e8 (qk-forward-persistent-89e11e8-*) gptj ran 375.5 us through L1 and 486.3
-// through L2 only. Not part of the build:
+// through L2 only. After that run the experiment kernels' shared setup and per-head call moved
+// into ExpThread (the same register counts per kernel; not run on a GPU since). Not part of the
+// build:
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90,code=sm_90 -Iinclude -Isrc \
 //        bench/experiments/qk_forward_persistent.cu build/libropenorm.a -o qk_forward_persistent
 #include <cuda_runtime.h>
@@ -58,35 +60,37 @@ namespace {
 constexpr int kD = 128, kV = 8, kLanes = kD / 2 / kV, kHq = 32, kHk = 8;
 constexpr int kHeads = kHq + kHk, kThreads = kLanes * kHeads;
 
-template <int kMinBlocks, bool kPrefetch>
-__global__ void __launch_bounds__(kThreads, kMinBlocks)
-    persistent_qk_kernel(const QkNormRopeArgs args, int64_t tokens_per_block) {
-  const RopeKernelArgs& a = args.rope;
-  const int lane = (threadIdx.y * kLanes + threadIdx.x) & 31;
-  const unsigned mask = ((1u << kLanes) - 1u) << (lane & ~(kLanes - 1));
-  const int hh = threadIdx.y;
-  const bool is_q = hh < a.hq;
-  const int head = is_q ? hh : hh - a.hq;
-  const int i0 = static_cast<int>(threadIdx.x) * kV;
-  const int oa = i0, ob = kD / 2 + i0;
-  const int64_t* pos = static_cast<const int64_t*>(a.pos);
-  griddep_wait();
+// What thread (x, y) of an experiment block (neox, D = 128, one head group) owns: its lane group's
+// mask, head y (q first), pair vector x (channels oa and ob), its 16 weights, and the block's run
+// of tokens [t0, t_end) of C = tokens_per_block; built after the wait for the previous kernel.
+struct ExpThread {
+  unsigned mask;
+  int hh;
+  bool is_q;
+  int head, i0, oa, ob;
+  const int64_t* pos;
+  int64_t t0, t_end;
   float w0[kV], w1[kV];
-  qk_head_weights<kV, bf16>(args, hh, oa, ob, w0, w1);
-  const int64_t t0 = static_cast<int64_t>(blockIdx.x) * tokens_per_block;
-  const int64_t t_end = t0 + tokens_per_block < a.tokens ? t0 + tokens_per_block : a.tokens;
-  int64_t p_next = kPrefetch && t0 < t_end ? pos[t0] : 0;
-  for (int64_t t = t0; t < t_end; ++t) {
-    const bf16* x = rope_head_ptr<bf16>(is_q ? a.q : a.k, 0, t, head);
-    bf16* y = const_cast<bf16*>(rope_head_ptr<bf16>(is_q ? a.q_out : a.k_out, 0, t, head));
-    RopeHeadRegs<bf16, kV> regs;
-    load_raw<bf16, kV>(x + oa, regs.x0);
-    load_raw<bf16, kV>(x + ob, regs.x1);
-    const int64_t p = kPrefetch ? p_next : pos[t];
-    float c[kV], sn[kV];
-    load_pack<float, kV>(static_cast<const float*>(a.cos) + p * a.cos_row + i0, c);
-    load_pack<float, kV>(static_cast<const float*>(a.sin) + p * a.sin_row + i0, sn);
-    if (kPrefetch && t + 1 < t_end) p_next = pos[t + 1];
+  __device__ ExpThread(const QkNormRopeArgs& args, int64_t tokens_per_block) {
+    const RopeKernelArgs& a = args.rope;
+    const int lane = (threadIdx.y * kLanes + threadIdx.x) & 31;
+    mask = ((1u << kLanes) - 1u) << (lane & ~(kLanes - 1));
+    hh = threadIdx.y;
+    is_q = hh < a.hq;
+    head = is_q ? hh : hh - a.hq;
+    i0 = static_cast<int>(threadIdx.x) * kV;
+    oa = i0;
+    ob = kD / 2 + i0;
+    pos = static_cast<const int64_t*>(a.pos);
+    griddep_wait();
+    qk_head_weights<kV, bf16>(args, hh, oa, ob, w0, w1);
+    t0 = static_cast<int64_t>(blockIdx.x) * tokens_per_block;
+    t_end = t0 + tokens_per_block < a.tokens ? t0 + tokens_per_block : a.tokens;
+  }
+  /// qk_pair_head (the library's arithmetic and order) on token t's head with these weights.
+  __device__ __forceinline__ void norm_rope(const QkNormRopeArgs& args, bf16* y, int64_t t,
+                                            const RopeHeadRegs<bf16, kV>& regs,
+                                            const float (&c)[kV], const float (&sn)[kV]) const {
     qk_pair_head<bf16, kV, false, kD>(
         args, [&] { return y; }, t, hh, oa, ob, regs, c, sn, mask, kLanes,
         [&](float(&f0)[kV], float(&f1)[kV]) {
@@ -96,6 +100,29 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
             f1[i] = w1[i];
           }
         });
+  }
+};
+
+template <int kMinBlocks, bool kPrefetch>
+__global__ void __launch_bounds__(kThreads, kMinBlocks)
+    persistent_qk_kernel(const QkNormRopeArgs args, int64_t tokens_per_block) {
+  const RopeKernelArgs& a = args.rope;
+  const ExpThread th(args, tokens_per_block);
+  const int hh = th.hh, head = th.head, i0 = th.i0, oa = th.oa, ob = th.ob;
+  const int64_t *pos = th.pos, t0 = th.t0, t_end = th.t_end;
+  int64_t p_next = kPrefetch && t0 < t_end ? pos[t0] : 0;
+  for (int64_t t = t0; t < t_end; ++t) {
+    const bf16* x = rope_head_ptr<bf16>(th.is_q ? a.q : a.k, 0, t, head);
+    bf16* y = const_cast<bf16*>(rope_head_ptr<bf16>(th.is_q ? a.q_out : a.k_out, 0, t, head));
+    RopeHeadRegs<bf16, kV> regs;
+    load_raw<bf16, kV>(x + oa, regs.x0);
+    load_raw<bf16, kV>(x + ob, regs.x1);
+    const int64_t p = kPrefetch ? p_next : pos[t];
+    float c[kV], sn[kV];
+    load_pack<float, kV>(static_cast<const float*>(a.cos) + p * a.cos_row + i0, c);
+    load_pack<float, kV>(static_cast<const float*>(a.sin) + p * a.sin_row + i0, sn);
+    if (kPrefetch && t + 1 < t_end) p_next = pos[t + 1];
+    th.norm_rope(args, y, t, regs, c, sn);
   }
 }
 
@@ -107,26 +134,16 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     pipelined_qk_kernel(const QkNormRopeArgs args, int64_t tokens_per_block) {
   using Spec = LeanRowsI64<kLanes>;
   const RopeKernelArgs& a = args.rope;
-  const int lane = (threadIdx.y * kLanes + threadIdx.x) & 31;
-  const unsigned mask = ((1u << kLanes) - 1u) << (lane & ~(kLanes - 1));
-  const int hh = threadIdx.y;
-  const bool is_q = hh < a.hq;
-  const int head = is_q ? hh : hh - a.hq;
-  const int i0 = static_cast<int>(threadIdx.x) * kV;
-  const int oa = i0, ob = kD / 2 + i0;
-  const int64_t* pos = static_cast<const int64_t*>(a.pos);
-  griddep_wait();
-  float w0[kV], w1[kV];
-  qk_head_weights<kV, bf16>(args, hh, oa, ob, w0, w1);
-  const int64_t t0 = static_cast<int64_t>(blockIdx.x) * tokens_per_block;
-  const int64_t t_end = t0 + tokens_per_block < a.tokens ? t0 + tokens_per_block : a.tokens;
+  const ExpThread th(args, tokens_per_block);
+  const int hh = th.hh, head = th.head, i0 = th.i0, oa = th.oa, ob = th.ob;
+  const int64_t *pos = th.pos, t0 = th.t0, t_end = th.t_end;
   if (t0 >= t_end) return;
   struct Stage {
     RopeHeadRegs<bf16, kV> regs;
     float c[kV], sn[kV];
   };
   auto load = [&](int64_t t, int64_t p, Stage& st) {
-    const bf16* x = rope_head_ptr<bf16>(is_q ? a.q : a.k, 0, t, head);
+    const bf16* x = rope_head_ptr<bf16>(th.is_q ? a.q : a.k, 0, t, head);
     load_raw<bf16, kV>(x + oa, st.regs.x0);
     load_raw<bf16, kV>(x + ob, st.regs.x1);
     rope_lean_cos_sin<float, kV, Spec>(a, p, 0, t, i0, st.c, st.sn);
@@ -141,25 +158,11 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
       load(t + 1, p1, nxt);
       if (t + 2 < t_end) p2 = pos[t + 2];
     }
-    bf16* y = const_cast<bf16*>(rope_head_ptr<bf16>(is_q ? a.q_out : a.k_out, 0, t, head));
-    qk_pair_head<bf16, kV, false, kD>(
-        args, [&] { return y; }, t, hh, oa, ob, cur.regs, cur.c, cur.sn, mask, kLanes,
-        [&](float(&f0)[kV], float(&f1)[kV]) {
-#pragma unroll
-          for (int i = 0; i < kV; ++i) {
-            f0[i] = w0[i];
-            f1[i] = w1[i];
-          }
-        });
+    bf16* y = const_cast<bf16*>(rope_head_ptr<bf16>(th.is_q ? a.q_out : a.k_out, 0, t, head));
+    th.norm_rope(args, y, t, cur.regs, cur.c, cur.sn);
     cur = nxt;
     p1 = p2;
   }
-}
-
-__device__ __forceinline__ void cp_async_16_ca(void* smem_dst, const void* gmem_src) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(smem_dst)),
-               "l"(gmem_src)
-               : "memory");
 }
 
 // A cp.async ring in shared memory: each thread copies the tokens kStages - 1 ahead of the one
@@ -177,34 +180,24 @@ __global__ void __launch_bounds__(kThreads, 2)
   extern __shared__ uint4 ring[];  // [kStages][kChunks][kThreads]
   const RopeKernelArgs& a = args.rope;
   const int tid = threadIdx.y * kLanes + threadIdx.x;
-  const int lane = tid & 31;
-  const unsigned mask = ((1u << kLanes) - 1u) << (lane & ~(kLanes - 1));
-  const int hh = threadIdx.y;
-  const bool is_q = hh < a.hq;
-  const int head = is_q ? hh : hh - a.hq;
-  const int i0 = static_cast<int>(threadIdx.x) * kV;
-  const int oa = i0, ob = kD / 2 + i0;
-  const int64_t* pos = static_cast<const int64_t*>(a.pos);
-  griddep_wait();
-  float w0[kV], w1[kV];
-  qk_head_weights<kV, bf16>(args, hh, oa, ob, w0, w1);
-  const int64_t t0 = static_cast<int64_t>(blockIdx.x) * tokens_per_block;
-  const int64_t t_end = t0 + tokens_per_block < a.tokens ? t0 + tokens_per_block : a.tokens;
+  const ExpThread th(args, tokens_per_block);
+  const int hh = th.hh, head = th.head, i0 = th.i0, oa = th.oa, ob = th.ob;
+  const int64_t *pos = th.pos, t0 = th.t0, t_end = th.t_end;
   if (t0 >= t_end) return;
   auto slot = [&](int stage, int chunk) {
     return &ring[(stage * kChunks + chunk) * kThreads + tid];
   };
   auto issue = [&](int64_t t, int64_t p, int stage) {
-    const bf16* x = rope_head_ptr<bf16>(is_q ? a.q : a.k, 0, t, head);
+    const bf16* x = rope_head_ptr<bf16>(th.is_q ? a.q : a.k, 0, t, head);
     cp_async_16(slot(stage, 0), x + oa);
     cp_async_16(slot(stage, 1), x + ob);
     if constexpr (kCosSin) {
       const float* c = static_cast<const float*>(a.cos) + p * a.cos_row + i0;
       const float* sn = static_cast<const float*>(a.sin) + p * a.sin_row + i0;
-      cp_async_16_ca(slot(stage, 2), c);
-      cp_async_16_ca(slot(stage, 3), c + 4);
-      cp_async_16_ca(slot(stage, 4), sn);
-      cp_async_16_ca(slot(stage, 5), sn + 4);
+      cp_async_16_cached(slot(stage, 2), c);
+      cp_async_16_cached(slot(stage, 3), c + 4);
+      cp_async_16_cached(slot(stage, 4), sn);
+      cp_async_16_cached(slot(stage, 5), sn + 4);
     }
   };
   // Prologue: tokens t0 .. t0 + kStages - 2 in flight; p_ahead is token t0 + kStages - 1's.
@@ -257,16 +250,8 @@ __global__ void __launch_bounds__(kThreads, 2)
     RopeHeadRegs<bf16, kV> regs;
     load_raw<bf16, kV>(reinterpret_cast<const bf16*>(slot(stage, 0)), regs.x0);
     load_raw<bf16, kV>(reinterpret_cast<const bf16*>(slot(stage, 1)), regs.x1);
-    bf16* y = const_cast<bf16*>(rope_head_ptr<bf16>(is_q ? a.q_out : a.k_out, 0, t, head));
-    qk_pair_head<bf16, kV, false, kD>(
-        args, [&] { return y; }, t, hh, oa, ob, regs, c, sn, mask, kLanes,
-        [&](float(&f0)[kV], float(&f1)[kV]) {
-#pragma unroll
-          for (int i = 0; i < kV; ++i) {
-            f0[i] = w0[i];
-            f1[i] = w1[i];
-          }
-        });
+    bf16* y = const_cast<bf16*>(rope_head_ptr<bf16>(th.is_q ? a.q_out : a.k_out, 0, t, head));
+    th.norm_rope(args, y, t, regs, c, sn);
   }
 }
 
