@@ -54,10 +54,10 @@ __global__ void __launch_bounds__(core::kRopeLeanLongRunThreads, 2)
   const int hh = ln.hh, head = ln.head, oa = ln.oa, ob = ln.ob;
   const RopeOperand& out = ln.is_q ? a.q_out : a.k_out;
   griddep_wait();
-  rope_lean_run<T, C, Spec, kDataViaL1, 0>(
-      a, tokens_per_block, rope_lean_run_ring, ln, [](auto&&...) {},
+  rope_lean_run<T, C, Spec, kDataViaL1>(
+      a, tokens_per_block, rope_lean_run_ring, ln,
       [&](int64_t, int64_t b, int64_t s, const RopeHeadRegs<T, V>& regs, const float(&c)[V],
-          const float(&sn)[V], const auto&, int) {
+          const float(&sn)[V]) {
         rope_rotate_store<T, V, kGptj>(
             [&] { return const_cast<T*>(rope_head_ptr<T>(out, b, s, head)); }, oa, ob, regs, c, sn);
       });

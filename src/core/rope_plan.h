@@ -132,12 +132,10 @@ int64_t rope_lean_max_tokens(const RopeLeanFacts& f);
 constexpr int kRopeLeanRunStages = 2;
 
 /// Dynamic shared memory of a lean-run block of `threads` threads: kRopeLeanRunStages stages of
-/// each thread's two kRopeLeanVec-vectors of q/k (elem_size bytes each), of its cos and sin
-/// vectors (cs_elem_size bytes each) and of extra_chunks 16-byte chunks of the kernel's own.
-constexpr int64_t rope_lean_run_ring_bytes(int elem_size, int cs_elem_size, int64_t threads,
-                                           int extra_chunks = 0) {
-  return int64_t{kRopeLeanRunStages} * threads *
-         (2 * kRopeLeanVec * (elem_size + cs_elem_size) + 16 * extra_chunks);
+/// each thread's two kRopeLeanVec-vectors of q/k (elem_size bytes each) and of its cos and sin
+/// vectors (cs_elem_size bytes each).
+constexpr int64_t rope_lean_run_ring_bytes(int elem_size, int cs_elem_size, int64_t threads) {
+  return int64_t{kRopeLeanRunStages} * threads * 2 * kRopeLeanVec * (elem_size + cs_elem_size);
 }
 
 /// The lean launch of a call rope_lean accepts, B = T / S sequences of S tokens: grid (S, B),

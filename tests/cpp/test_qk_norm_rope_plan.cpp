@@ -102,6 +102,16 @@ TEST(CpuQkNormRopePlan, LeanKernelForShortRunsWithLoadedCosSin) {
   EXPECT_EQ(plan_qk_norm_rope(facts(1, 40, 128, 128, 4, 4, true, true)).kernel, QkKernel::kScalar);
 }
 
+// The plan of 65536 tokens of `heads` heads of D channels (R = D, loaded cos/sin) on 132
+// multiprocessors, which must be the lean run.
+QkNormRopePlan lean_run_plan(int64_t heads, int64_t d) {
+  QkNormRopeFacts f = facts(65536, heads, d, d, 8, 2, true, true);
+  f.sm_count = 132;
+  const QkNormRopePlan p = plan_qk_norm_rope(f);
+  EXPECT_EQ(p.kernel, QkKernel::kLeanRun);
+  return p;
+}
+
 TEST(CpuQkNormRopePlan, LeanRunForLongRuns) {
   // From kQkLeanRunMinTokens tokens and 8 or 16 lanes: a persistent grid of
   // kQkLeanRunMinBlocks blocks of at most kQkLeanRunThreads threads per multiprocessor over runs
@@ -134,28 +144,19 @@ TEST(CpuQkNormRopePlan, LeanRunForLongRuns) {
   EXPECT_GE(p.rope.grid * p.tokens_per_block, kQkLeanRunMinTokens);
   // More heads than a block of kQkLeanRunThreads holds: the fewest head groups that fit, the
   // token blocks shared out between them. D 256, 32 + 8 heads: 2 groups of 20 rows of 16 lanes.
-  f = facts(65536, 40, 256, 256, 8, 2, true, true);
-  f.sm_count = 132;
-  p = plan_qk_norm_rope(f);
-  EXPECT_EQ(p.kernel, QkKernel::kLeanRun);
+  p = lean_run_plan(40, 256);
   EXPECT_EQ(p.rope.bx, 16);
   EXPECT_EQ(p.rope.by, 20);
   EXPECT_EQ(p.rope.head_groups, 2);
   EXPECT_EQ(p.rope.grid, 132);  // 2 blocks of 320 threads per multiprocessor in all
   EXPECT_EQ(p.tokens_per_block, 497);
   EXPECT_EQ(p.smem_bytes, 2 * 320 * (2 * 16 + 2 * 32));
-  f = facts(65536, 41, 128, 128, 8, 2, true, true);  // 2 groups of 21 rows: 168 threads
-  f.sm_count = 132;
-  p = plan_qk_norm_rope(f);
-  EXPECT_EQ(p.kernel, QkKernel::kLeanRun);
+  p = lean_run_plan(41, 128);  // 2 groups of 21 rows: 168 threads
   EXPECT_EQ(p.rope.by, 21);
   EXPECT_EQ(p.rope.head_groups, 2);
   EXPECT_EQ(p.rope.grid, 3 * 132 / 2);  // 3 blocks of 6 warps fill 640 threads
   // Small blocks: as many per multiprocessor as fill 640 threads (8 + 2 heads: 3 warps, 6).
-  f = facts(65536, 10, 128, 128, 8, 2, true, true);
-  f.sm_count = 132;
-  p = plan_qk_norm_rope(f);
-  EXPECT_EQ(p.kernel, QkKernel::kLeanRun);
+  p = lean_run_plan(10, 128);
   EXPECT_EQ(p.rope.by, 10);
   EXPECT_EQ(p.rope.head_groups, 1);
   EXPECT_EQ(p.rope.grid, 6 * 132);

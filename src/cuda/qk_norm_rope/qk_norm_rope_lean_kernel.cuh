@@ -97,10 +97,10 @@ __global__ void __launch_bounds__(core::kQkLeanRunThreads, core::kQkLeanRunMinBl
   griddep_wait();
   float w0[V], w1[V];
   qk_head_weights<V, std::conditional_t<Spec::kWeightsAsData, T, void>>(args, hh, oa, ob, w0, w1);
-  rope_lean_run<T, C, Spec, kDataViaL1, 0>(
-      a, tokens_per_block, qk_lean_run_ring, ln, [](auto&&...) {},
+  rope_lean_run<T, C, Spec, kDataViaL1>(
+      a, tokens_per_block, qk_lean_run_ring, ln,
       [&](int64_t t, int64_t b, int64_t s, const RopeHeadRegs<T, V>& regs, const float(&c)[V],
-          const float(&sn)[V], const auto&, int) {
+          const float(&sn)[V]) {
         qk_pair_head<T, V, kGptj, kD>(
             args, [&] { return const_cast<T*>(rope_head_ptr<T>(out, b, s, head)); }, t, hh, oa, ob,
             regs, c, sn, mask, g,

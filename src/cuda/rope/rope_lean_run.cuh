@@ -65,36 +65,30 @@ __device__ __forceinline__ LeanRunLane lean_run_lane(const RopeKernelArgs& a, in
 }
 
 /// The ring of a lean-run thread: its two V-vectors of T, then the cos and sin V-vectors of C,
-/// then kExtra chunks of the caller's, per stage.
-template <typename T, typename C, int kExtra = 0>
+/// per stage.
+template <typename T, typename C>
 struct LeanRunRing {
   static constexpr int V = core::kRopeLeanVec;
   static constexpr int kVecChunks = V * static_cast<int>(sizeof(T)) / 16;
   static constexpr int kCsChunks = V * static_cast<int>(sizeof(C)) / 16;
-  static constexpr int kExtraChunk = 2 * kVecChunks + 2 * kCsChunks;  ///< the caller's first
-  static constexpr int kChunks = kExtraChunk + kExtra;
+  static constexpr int kChunks = 2 * kVecChunks + 2 * kCsChunks;
   using Ring = ThreadRing<core::kRopeLeanRunStages, kChunks>;
   static_assert(kVecChunks >= 1 && kCsChunks >= 1, "whole 16-byte chunks per vector");
   static_assert(static_cast<int64_t>(Ring::bytes(1)) ==
-                    core::rope_lean_run_ring_bytes(sizeof(T), sizeof(C), 1, kExtra),
+                    core::rope_lean_run_ring_bytes(sizeof(T), sizeof(C), 1),
                 "the planner's ring size");
 };
 
 /// Runs block blockIdx.x's tokens for the thread of lane ln (lean_run_lane; ln.hh < Hq + Hk):
 /// each round hands token t's data (regs), c_i, s_i of pairs i0 .. i0 + V - 1 (s_i
-/// negated for the inverse rotation) and (b, s) to body(t, b, s, regs, c, sn, ring, stage).
-/// kExtra more chunks per stage are the caller's: extra(ring, stage, chunk, t, b, s) starts
-/// token t's copies into chunks chunk .. chunk + kExtra - 1 when the token is fetched, and body
-/// reads them from (ring, stage). Spec: the facts fixed at compile time (rope_lean_spec.h);
-/// kDataViaL1: the data's copies go through L1 (gptj: a lane's two vectors are the two halves of
-/// one 32-byte sector, which the second copy then finds in L1). `ring` is the block's dynamic
-/// shared memory, LeanRunRing<T, C, kExtra>::Ring::bytes(threads) of it.
-template <typename T, typename C, typename Spec, bool kDataViaL1, int kExtra, typename Extra,
-          typename Body>
+/// negated for the inverse rotation) and (b, s) to body(t, b, s, regs, c, sn). Spec: the facts
+/// fixed at compile time (rope_lean_spec.h); kDataViaL1: the data's copies go through L1 (gptj: a
+/// lane's two vectors are the two halves of one 32-byte sector, which the second copy then finds in
+/// L1). `ring` is the block's dynamic shared memory, LeanRunRing<T, C>::Ring::bytes(threads) of it.
+template <typename T, typename C, typename Spec, bool kDataViaL1, typename Body>
 __device__ __forceinline__ void rope_lean_run(const RopeKernelArgs& a, int64_t tokens_per_block,
-                                              uint4* ring, const LeanRunLane& ln, Extra&& extra,
-                                              Body&& body) {
-  using R = LeanRunRing<T, C, kExtra>;
+                                              uint4* ring, const LeanRunLane& ln, Body&& body) {
+  using R = LeanRunRing<T, C>;
   constexpr int V = R::V;
   constexpr int S = core::kRopeLeanRunStages;
   constexpr int kCos = 2 * R::kVecChunks, kSin = kCos + R::kCsChunks;
@@ -111,7 +105,7 @@ __device__ __forceinline__ void rope_lean_run(const RopeKernelArgs& a, int64_t t
   LeanRunCursor cur;
   rope_token_coords(a, t0, cur.b, cur.s);
   LeanRunCursor fet = cur;
-  auto fetch = [&](int stage, int64_t t, int64_t p) {
+  auto fetch = [&](int stage, int64_t p) {
     const T* x = rope_head_ptr<T>(in, fet.b, fet.s, ln.head);
     rg.template fetch<kVecBytes, kDataViaL1>(stage, 0, x + ln.oa);
     rg.template fetch<kVecBytes, kDataViaL1>(stage, R::kVecChunks, x + ln.ob);
@@ -119,11 +113,10 @@ __device__ __forceinline__ void rope_lean_run(const RopeKernelArgs& a, int64_t t
     rope_lean_cos_sin_rows<Spec>(a, p, fet.b, fet.s, co, so);
     rg.template fetch<kCsBytes, true>(stage, kCos, static_cast<const C*>(a.cos) + co + ln.i0);
     rg.template fetch<kCsBytes, true>(stage, kSin, static_cast<const C*>(a.sin) + so + ln.i0);
-    if constexpr (kExtra > 0) extra(rg, stage, R::kExtraChunk, t, fet.b, fet.s);
   };
 #pragma unroll
   for (int k = 0; k < S - 1; ++k) {
-    if (t0 + k < t_end) fetch(k, t0 + k, rope_lean_position<Spec>(a, fet.b, fet.s));
+    if (t0 + k < t_end) fetch(k, rope_lean_position<Spec>(a, fet.b, fet.s));
     cp_async_commit();
     fet.next(a.seq);
   }
@@ -133,7 +126,7 @@ __device__ __forceinline__ void rope_lean_run(const RopeKernelArgs& a, int64_t t
   int stage = 0;
   for (int64_t t = t0; t < t_end; ++t) {
     const int ahead = stage == 0 ? S - 1 : stage - 1;  // (stage + S - 1) % S
-    if (t + S - 1 < t_end) fetch(ahead, t + S - 1, p_ahead);
+    if (t + S - 1 < t_end) fetch(ahead, p_ahead);
     cp_async_commit();
     fet.next(a.seq);
     if (t + S < t_end) p_ahead = rope_lean_position<Spec>(a, pos.b, pos.s);
@@ -146,7 +139,7 @@ __device__ __forceinline__ void rope_lean_run(const RopeKernelArgs& a, int64_t t
     rg.template read_float<C, V>(stage, kCos, c);
     rg.template read_float<C, V>(stage, kSin, sn);
     rope_apply_direction<V>(a, sn);
-    body(t, cur.b, cur.s, regs, c, sn, rg, stage);
+    body(t, cur.b, cur.s, regs, c, sn);
     cur.next(a.seq);
     stage = stage == S - 1 ? 0 : stage + 1;
   }
