@@ -26,8 +26,13 @@
 // cos/sin ran T = 65536 in 367.5 us against 410.5, so the library's lean run has it from 423ca5e
 // on; at 89e11e8 (qk-forward-persistent-89e11e8-*) gptj ran 375.5 us through L1 and 486.3
 // through L2 only. After that run the experiment kernels' shared setup and per-head call moved
-// into ExpThread (the same register counts per kernel; not run on a GPU since). Not part of the
-// build:
+// into ExpThread (the same register counts per kernel). Then, with the library at 58e3061: the
+// cos/sin row shared by a warp (warp_cs_ring_kernel: one cp.async per thread instead of four)
+// ran no faster (366.1 against 364.4 us for ring 2 + cos/sin at T = 65536:
+// qk-forward-persistent-warp-cs-58e3061-*), so the instructions are not what limits; the same
+// kernel with each block's tokens interleaved over the grid (bx, bx + G, ...) instead of a
+// contiguous run ran 346.2 against 367.5 (qk-forward-persistent-interleave-58e3061-*), so the
+// library's lean runs interleave from the next commit on. Not part of the build:
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90,code=sm_90 -Iinclude -Isrc \
 //        bench/experiments/qk_forward_persistent.cu build/libropenorm.a -o qk_forward_persistent
 #include <cuda_runtime.h>
@@ -255,6 +260,83 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
 }
 
+// The ring with the cos/sin row shared by a warp: per stage each thread's two data chunks
+// ([stage][chunk][thread]) and, per warp, the token's 32 cos/sin chunks (cos 0 .. 15, sin
+// 16 .. 31), lane l fetching chunk l, stored so that lane x's two chunks of a half are slots
+// x and 8 + x (the warp's 4 head rows read them as broadcasts). A __syncwarp before each fetch
+// (every lane done reading the stage it overwrites) and one after the wait (the other lanes'
+// copies visible); no block barrier.
+// kInterleave: block b owns tokens b, b + G, b + 2G, ... (G = gridDim.x) instead of a
+// contiguous run, so the grid's blocks read neighbouring tokens in each round (as a grid-stride
+// copy does).
+template <int kStages, bool kInterleave = false>
+__global__ void __launch_bounds__(kThreads, 2)
+    warp_cs_ring_kernel(const QkNormRopeArgs args, int64_t tokens_per_block) {
+  static_assert(kThreads % 32 == 0 && kLanes == 8, "whole warps of 4 head rows");
+  extern __shared__ uint4 ring[];  // [kStages][2 data chunks x kThreads + 32 x warps]
+  const RopeKernelArgs& a = args.rope;
+  const int tid = threadIdx.y * kLanes + threadIdx.x;
+  const int l = tid & 31;
+  const ExpThread th(args, tokens_per_block);
+  const int head = th.head, oa = th.oa, ob = th.ob;
+  const int64_t *pos = th.pos, t0 = th.t0, t_end = th.t_end;
+  if (!kInterleave && t0 >= t_end) return;
+  constexpr int kStage = 3 * kThreads;
+  auto data_slot = [&](int stage, int chunk) {
+    return &ring[stage * kStage + chunk * kThreads + tid];
+  };
+  uint4* cs_warp = ring + 2 * kThreads + (tid & ~31);
+  const int within = l & 15;
+  const int src_off = 8 * (within & 7) + 4 * (within >> 3);
+  const float* cs_src = static_cast<const float*>(l < 16 ? a.cos : a.sin) + src_off;
+  const int64_t cs_row = l < 16 ? a.cos_row : a.sin_row;
+  auto issue = [&](int64_t t, int64_t p, int stage) {
+    const bf16* x = rope_head_ptr<bf16>(th.is_q ? a.q : a.k, 0, t, head);
+    cp_async_16(data_slot(stage, 0), x + oa);
+    cp_async_16(data_slot(stage, 1), x + ob);
+    cp_async_16_cached(cs_warp + stage * kStage + l, cs_src + p * cs_row);
+  };
+  const int64_t step = kInterleave ? gridDim.x : 1;
+  const int64_t first = kInterleave ? blockIdx.x : t0;
+  const int64_t n = kInterleave ? (a.tokens - first + step - 1) / step : t_end - t0;
+  auto token = [&](int64_t j) { return first + j * step; };
+  for (int k = 0; k < kStages - 1; ++k) {
+    if (k < n) issue(token(k), pos[token(k)], k);
+    cp_async_commit();
+  }
+  int64_t p_ahead = kStages - 1 < n ? pos[token(kStages - 1)] : 0;
+  int stage = 0;
+  for (int64_t j = 0; j < n; ++j) {
+    const int64_t t = token(j), ja = j + kStages - 1;
+    const int ahead = stage == 0 ? kStages - 1 : stage - 1;
+    __syncwarp();
+    if (ja < n) issue(token(ja), p_ahead, ahead);
+    cp_async_commit();
+    if (ja + 1 < n) p_ahead = pos[token(ja + 1)];
+    cp_async_wait<kStages - 1>();
+    __syncwarp();
+    const uint4* cs = cs_warp + stage * kStage;
+    const int x = threadIdx.x;
+    const float4 c0 = *reinterpret_cast<const float4*>(cs + x);
+    const float4 c1 = *reinterpret_cast<const float4*>(cs + 8 + x);
+    const float4 s0 = *reinterpret_cast<const float4*>(cs + 16 + x);
+    const float4 s1 = *reinterpret_cast<const float4*>(cs + 24 + x);
+    const float c[kV] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
+    const float sn[kV] = {s0.x, s0.y, s0.z, s0.w, s1.x, s1.y, s1.z, s1.w};
+    RopeHeadRegs<bf16, kV> regs;
+    load_raw<bf16, kV>(reinterpret_cast<const bf16*>(data_slot(stage, 0)), regs.x0);
+    load_raw<bf16, kV>(reinterpret_cast<const bf16*>(data_slot(stage, 1)), regs.x1);
+    bf16* y = const_cast<bf16*>(rope_head_ptr<bf16>(th.is_q ? a.q_out : a.k_out, 0, t, head));
+    th.norm_rope(args, y, t, regs, c, sn);
+    stage = stage == kStages - 1 ? 0 : stage + 1;
+  }
+}
+
+template <int kStages>
+constexpr int warp_cs_ring_bytes() {
+  return kStages * 3 * 16 * kThreads;
+}
+
 template <int kStages, bool kCosSin>
 constexpr int ring_bytes() {
   return kStages * (2 + (kCosSin ? 4 : 0)) * 16 * kThreads;
@@ -301,6 +383,10 @@ int main(int argc, char** argv) {
       regs_of(reinterpret_cast<const void*>(ring_qk_kernel<3, true>)),
       regs_of(reinterpret_cast<const void*>(ring_qk_kernel<4, false>)),
       regs_of(reinterpret_cast<const void*>(ring_qk_kernel<6, false>)));
+  std::printf("registers: warp cos/sin ring 2 %d, 3 %d, 4 %d\n",
+              regs_of(reinterpret_cast<const void*>(warp_cs_ring_kernel<2>)),
+              regs_of(reinterpret_cast<const void*>(warp_cs_ring_kernel<3>)),
+              regs_of(reinterpret_cast<const void*>(warp_cs_ring_kernel<4>)));
   std::printf("copy bandwidth %.1f GB/s\n", copy_bandwidth_gbps(size_t{1} << 30));
   const Device d0 = Device::cuda(0);
   std::vector<int64_t> runs = {4096, 16384, 65536};
@@ -355,7 +441,7 @@ int main(int argc, char** argv) {
         return [&, kernel] {
           const int64_t grid = std::min<int64_t>(t, int64_t{sms} * core::kQkLeanRunMinBlocks);
           CK(launch_with_pdl(kernel, dim3(static_cast<unsigned>(grid)), dim3(kLanes, kHeads),
-                             run_smem, nullptr, qa, (t + grid - 1) / grid));
+                             run_smem, nullptr, qa));
         };
       };
       const auto r_lanes =
@@ -375,6 +461,12 @@ int main(int argc, char** argv) {
       const auto ring3 = ring(ring_qk_kernel<3, true>, ring_bytes<3, true>());
       const auto ring4d = ring(ring_qk_kernel<4, false>, ring_bytes<4, false>());
       const auto ring6d = ring(ring_qk_kernel<6, false>, ring_bytes<6, false>());
+      const auto wcs2 = ring(warp_cs_ring_kernel<2>, warp_cs_ring_bytes<2>());
+      const auto wcs3 = ring(warp_cs_ring_kernel<3>, warp_cs_ring_bytes<3>());
+      const auto wcs4 = ring(warp_cs_ring_kernel<4>, warp_cs_ring_bytes<4>());
+      const auto wcs2i = ring(warp_cs_ring_kernel<2, true>, warp_cs_ring_bytes<2>());
+      const auto wcs3i = ring(warp_cs_ring_kernel<3, true>, warp_cs_ring_bytes<3>());
+      const auto wcs4i = ring(warp_cs_ring_kernel<4, true>, warp_cs_ring_bytes<4>());
       const size_t nq = t * kHq * kD, nk = t * kHk * kD;
       CK(cudaMemset(yq, 0xff, qn * 2));
       CK(cudaMemset(yk, 0xff, kn * 2));
@@ -384,12 +476,12 @@ int main(int argc, char** argv) {
       const auto ref_rq = to_host32(rq, t * kHq), ref_rk = to_host32(rk, t * kHk);
       const auto r_i64_l1 =
           library_run(qk_norm_rope_lean_run_kernel<bf16, float, false, LeanRowsI64<8>, true>);
-      std::vector<std::function<void()>> vs = {v2,   v2p,   v3p,   r_lanes, r_i64, r_i64_l1,
-                                               pipe, ring2, ring3, ring4d,  ring6d};
-      std::vector<const char*> names = {"2 blocks",       "2 blocks prefetch", "3 blocks prefetch",
-                                        "run lanes",      "run i64 rows",      "run i64 data L1",
-                                        "pipelined regs", "ring 2 + cos/sin",  "ring 3 + cos/sin",
-                                        "ring 4 data",    "ring 6 data"};
+      std::vector<std::function<void()>> vs = {r_i64, ring2, wcs2, wcs3, wcs4, wcs2i, wcs3i, wcs4i};
+      std::vector<const char*> names = {
+          "run i64 rows",        "ring 2 + cos/sin",   "warp cos/sin ring 2", "warp cos/sin ring 3",
+          "warp cos/sin ring 4", "interleaved ring 2", "interleaved ring 3",  "interleaved ring 4"};
+      (void)v2, (void)v2p, (void)v3p, (void)r_lanes, (void)r_i64_l1, (void)pipe, (void)ring3,
+          (void)ring4d, (void)ring6d;
       if (gptj) {  // the library's gptj kernels only (the experiment kernels are neox)
         const auto g_l2 =
             library_run(qk_norm_rope_lean_run_kernel<bf16, float, true, LeanRowsI64<8>, false>);

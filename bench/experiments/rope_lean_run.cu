@@ -5,8 +5,9 @@
 // int64 positions; D 128 neox, gptj and the inverse rotation, D 64 neox.
 // Ownership: the library's kernels; the experiment's lean-run kernel (rope_lean_run with the
 // lean kernel's rotation) on the library's arguments (cuda::fill_rope_args) at 2, 3 and 4 blocks
-// per multiprocessor (C = ceil(T / grid) tokens per block), its data copies through L2 only or
-// through L1. Each output is compared bit for bit with the library call's.
+// per multiprocessor (the tokens interleaved over the grid's blocks from the commit after
+// 58e3061 on, contiguous runs of ceil(T / grid) tokens before), its data copies through L2 only
+// or through L1. Each output is compared bit for bit with the library call's.
 // At 7cac74a (bench/results/rope-lean-run-7cac74a-nvidia-h200.log) the lean run was no faster
 // than the library's lean kernel for neox D 128 (361.8 against 360.0 us at T = 65536), slower
 // for D 64 (195.6 against 172.3) and far slower for gptj (489.1 against 374.5, its data copies
@@ -46,7 +47,7 @@ constexpr int kHq = 32, kHk = 8;
 // rope_lean_run's.
 template <typename T, typename C, bool kGptj, typename Spec, bool kDataViaL1>
 __global__ void __launch_bounds__(core::kRopeLeanLongRunThreads, 2)
-    rope_lean_run_kernel(const RopeKernelArgs a, int64_t tokens_per_block) {
+    rope_lean_run_kernel(const RopeKernelArgs a) {
   constexpr int V = core::kRopeLeanVec;
   extern __shared__ uint4 rope_lean_run_ring[];
   const LeanRunLane ln = lean_run_lane<kGptj>(a, a.half);
@@ -55,7 +56,7 @@ __global__ void __launch_bounds__(core::kRopeLeanLongRunThreads, 2)
   const RopeOperand& out = ln.is_q ? a.q_out : a.k_out;
   griddep_wait();
   rope_lean_run<T, C, Spec, kDataViaL1>(
-      a, tokens_per_block, rope_lean_run_ring, ln,
+      a, rope_lean_run_ring, ln,
       [&](int64_t, int64_t b, int64_t s, const RopeHeadRegs<T, V>& regs, const float(&c)[V],
           const float(&sn)[V]) {
         rope_rotate_store<T, V, kGptj>(
@@ -135,8 +136,7 @@ int main() {
         return [&, kernel, per_sm] {
           const int64_t grid = std::min<int64_t>(t, int64_t{sms} * per_sm);
           CK(launch_with_pdl(kernel, dim3(static_cast<unsigned>(grid)),
-                             dim3(static_cast<unsigned>(cf.d / 16), kHq + kHk), smem, nullptr, ra,
-                             (t + grid - 1) / grid));
+                             dim3(static_cast<unsigned>(cf.d / 16), kHq + kHk), smem, nullptr, ra));
         };
       };
       const std::vector<std::function<void()>> vs = {run(2, false), run(3, false), run(4, false),

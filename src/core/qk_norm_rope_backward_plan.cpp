@@ -68,7 +68,6 @@ QkNormRopeBackwardPlan plan_qk_norm_rope_backward_lean(const RopeLeanFacts& f, i
   p.threads = p.group * p.rows;
   const int64_t blocks = qk_norm_rope_backward_grid(f.tokens, sm_count, blocks_per_sm);
   p.grid = std::max<int64_t>(1, blocks / p.head_groups);
-  p.tokens_per_block = (f.tokens + p.grid - 1) / p.grid;
   p.smem_bytes = 0;
   return p;
 }

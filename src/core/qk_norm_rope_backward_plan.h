@@ -38,7 +38,7 @@ struct QkNormRopeBackwardPlan {
   int slots_per_lane = 1;  ///< KS
   int threads = kQkBwdThreads;
   int64_t grid = 1;              ///< blocks
-  int64_t tokens_per_block = 1;  ///< C
+  int64_t tokens_per_block = 1;  ///< general: C; lean: 1 (its tokens interleave over the grid)
   size_t smem_bytes = 0;         ///< dynamic shared memory: weights and per-group dw partials
   int rows = 1;                  ///< lean: heads per block (block (group, rows))
   int64_t head_groups = 1;       ///< lean: grid y; the grid is (grid, head_groups)

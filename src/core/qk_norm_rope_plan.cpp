@@ -26,7 +26,6 @@ QkNormRopePlan plan_qk_norm_rope(const QkNormRopeFacts& f) {
           std::max<int64_t>(1, int64_t{kQkLeanRunMinBlocks} * kQkLeanRunThreads / warp_threads);
       const int64_t blocks = f.sm_count > 0 ? per_sm * f.sm_count : kQkLeanRunMaxGrid;
       p.rope.grid = std::min(r.tokens, std::max<int64_t>(1, blocks / groups));
-      p.tokens_per_block = (r.tokens + p.rope.grid - 1) / p.rope.grid;
       p.smem_bytes = rope_lean_run_ring_bytes(r.elem_size, r.cs_elem_size, lanes * p.rope.by);
       return p;
     }

@@ -53,7 +53,7 @@ constexpr int kQkLeanRunMinBlocks = 2;
 constexpr int64_t kQkLeanRunMaxGrid = 4096;
 
 enum class QkKernel {
-  kLeanRun,  ///< the lean layout over a persistent grid, each block a contiguous run of tokens
+  kLeanRun,  ///< the lean layout over a persistent grid, its tokens interleaved over the blocks
   kLean,     ///< the lean RoPE launch (one block per token, a head per thread row)
   kPair,     ///< the RoPE kernel's layout plus the norm (16-bit, 16-byte accesses, R = D)
   kVector,   ///< 8 contiguous channels per lane, the NeoX partner by shuffle (16-bit)
@@ -69,8 +69,7 @@ struct QkNormRopePlan {
   int slots_per_lane = 1;    ///< kScalar: KS in {1, 2, 4, 8}
   int threads = 32;          ///< kVector / kScalar: threads per block
   int64_t grid = 1;          ///< kVector / kScalar: blocks (each loops over its tokens)
-  int64_t tokens_per_block = 1;  ///< kLeanRun: C, block b owns tokens [b C, min(T, (b + 1) C))
-  int64_t smem_bytes = 0;        ///< kLeanRun: the block's ring (rope_lean_run_ring_bytes)
+  int64_t smem_bytes = 0;    ///< kLeanRun: the block's ring (rope_lean_run_ring_bytes)
 };
 
 /// The first kernel that applies, in the order lean run, lean, pair, vector, scalar:
@@ -80,8 +79,8 @@ struct QkNormRopePlan {
 ///    of rope.by rows that keep a block within kQkLeanRunThreads threads; rope.grid min(T,
 ///    per_sm x sm_count / groups) (kQkLeanRunMaxGrid / groups when sm_count is unknown), per_sm
 ///    the blocks that fill kQkLeanRunMinBlocks x kQkLeanRunThreads threads of a multiprocessor
-///    (blocks counted in whole warps); C = ceil(T / rope.grid), and the ring's dynamic shared
-///    memory (rope_lean_run_ring_bytes);
+///    (blocks counted in whole warps; block bx takes tokens bx, bx + rope.grid, ...), and the
+///    ring's dynamic shared memory (rope_lean_run_ring_bytes);
 ///  - lean (when allow_lean): what pair needs, cos/sin loaded and rope_lean's thread and grid
 ///    bounds with kQkLeanMaxTokens for blocks rope_lean_long_run_block accepts, else with
 ///    kRopeLeanMaxTokens (the norm's butterfly runs over the h / 8 lanes of a thread row);

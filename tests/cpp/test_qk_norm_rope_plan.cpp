@@ -114,8 +114,8 @@ QkNormRopePlan lean_run_plan(int64_t heads, int64_t d) {
 
 TEST(CpuQkNormRopePlan, LeanRunForLongRuns) {
   // From kQkLeanRunMinTokens tokens and 8 or 16 lanes: a persistent grid of
-  // kQkLeanRunMinBlocks blocks of at most kQkLeanRunThreads threads per multiprocessor over runs
-  // of C tokens.
+  // kQkLeanRunMinBlocks blocks of at most kQkLeanRunThreads threads per multiprocessor, the
+  // tokens interleaved over its blocks.
   QkNormRopeFacts f = facts(65536, 40, 128, 128, 8, 2, true, true);
   f.sm_count = 132;
   QkNormRopePlan p = plan_qk_norm_rope(f);
@@ -125,23 +125,21 @@ TEST(CpuQkNormRopePlan, LeanRunForLongRuns) {
   EXPECT_EQ(p.rope.bz, 1);
   EXPECT_EQ(p.rope.grid, 264);
   EXPECT_EQ(p.rope.head_groups, 1);
-  EXPECT_EQ(p.tokens_per_block, 249);  // ceil(65536 / 264)
   // The ring: 2 stages of 320 threads' two bf16 vectors and f32 cos and sin vectors of 8.
   EXPECT_EQ(p.smem_bytes, 2 * 320 * (2 * 16 + 2 * 32));
   f.sm_count = 0;  // unknown: the largest grid
   p = plan_qk_norm_rope(f);
   EXPECT_EQ(p.rope.grid, kQkLeanRunMaxGrid);
-  EXPECT_EQ(p.tokens_per_block, 16);
   f = facts(kQkLeanRunMinTokens, 20, 256, 256, 8, 2, true, true);  // 16 lanes x 20 heads
   f.sm_count = 132;
-  f.rope.seq = 1000;        // sequences ending inside runs: the kernel advances (b, s) itself
+  f.rope.seq = 1000;        // sequences of any length: the kernel advances (b, s) itself
   f.rope.cs_elem_size = 2;  // a bf16 table
   p = plan_qk_norm_rope(f);
   EXPECT_EQ(p.smem_bytes, 2 * 320 * (2 * 16 + 2 * 16));
   EXPECT_EQ(p.kernel, QkKernel::kLeanRun);
   EXPECT_EQ(p.rope.bx, 16);
-  EXPECT_EQ(p.rope.head_groups, 1);  // one head group, not B sequences
-  EXPECT_GE(p.rope.grid * p.tokens_per_block, kQkLeanRunMinTokens);
+  EXPECT_EQ(p.rope.head_groups, 1);             // one head group, not B sequences
+  EXPECT_LE(p.rope.grid, kQkLeanRunMinTokens);  // every block has a token
   // More heads than a block of kQkLeanRunThreads holds: the fewest head groups that fit, the
   // token blocks shared out between them. D 256, 32 + 8 heads: 2 groups of 20 rows of 16 lanes.
   p = lean_run_plan(40, 256);
@@ -149,7 +147,6 @@ TEST(CpuQkNormRopePlan, LeanRunForLongRuns) {
   EXPECT_EQ(p.rope.by, 20);
   EXPECT_EQ(p.rope.head_groups, 2);
   EXPECT_EQ(p.rope.grid, 132);  // 2 blocks of 320 threads per multiprocessor in all
-  EXPECT_EQ(p.tokens_per_block, 497);
   EXPECT_EQ(p.smem_bytes, 2 * 320 * (2 * 16 + 2 * 32));
   p = lean_run_plan(41, 128);  // 2 groups of 21 rows: 168 threads
   EXPECT_EQ(p.rope.by, 21);

@@ -21,9 +21,9 @@
 // Lean-run kernel (core::QkKernel::kLeanRun, long runs): the same thread layout over a
 // persistent grid (grid (gx, head groups), block (g, rows), g = 8 or 16 fixed at compile time;
 // thread row y of group blockIdx.y owns head blockIdx.y rows + y, rows past Hq + Hk exit) through
-// rope_lean_run (cuda/rope/rope_lean_run.cuh): block bx owns the contiguous tokens [bx C,
-// min(T, (bx + 1) C)), one per round, each thread's next token's data and cos/sin in flight in
-// its own shared-memory ring while it computes the current one; each thread loads its 16 weights
+// rope_lean_run (cuda/rope/rope_lean_run.cuh): block bx owns tokens bx, bx + gx, bx + 2 gx, ...,
+// one per round, each thread's next token's data and cos/sin in flight in its own shared-memory
+// ring while it computes the current one; each thread loads its 16 weights
 // once, and per token runs qk_pair_head, so its bits are the lean kernel's.
 #pragma once
 
@@ -76,12 +76,12 @@ __global__ void __launch_bounds__(Spec::kMaxThreads)
 }
 
 /// Lean-run QK-norm + RoPE of style kGptj with cos/sin tables of dtype C, Spec::kLanes lanes per
-/// head (8 or 16) and the other facts Spec fixes; C tokens per block (tokens_per_block), the
-/// block's ring in dynamic shared memory (core::QkNormRopePlan::smem_bytes); kDataViaL1 as
-/// rope_lean_run's (the launcher takes the default).
+/// head (8 or 16) and the other facts Spec fixes; the block's tokens interleaved over the grid
+/// (rope_block_tokens.cuh), its ring in dynamic shared memory (core::QkNormRopePlan::smem_bytes);
+/// kDataViaL1 as rope_lean_run's (the launcher takes the default).
 template <typename T, typename C, bool kGptj, typename Spec, bool kDataViaL1 = kGptj>
 __global__ void __launch_bounds__(core::kQkLeanRunThreads, core::kQkLeanRunMinBlocks)
-    qk_norm_rope_lean_run_kernel(const QkNormRopeArgs args, int64_t tokens_per_block) {
+    qk_norm_rope_lean_run_kernel(const QkNormRopeArgs args) {
   static_assert(Spec::kLanes == 8 || Spec::kLanes == 16, "the lean run fixes the lanes");
   constexpr int g = Spec::kLanes;
   constexpr int V = core::kRopeLeanVec;
@@ -98,7 +98,7 @@ __global__ void __launch_bounds__(core::kQkLeanRunThreads, core::kQkLeanRunMinBl
   float w0[V], w1[V];
   qk_head_weights<V, std::conditional_t<Spec::kWeightsAsData, T, void>>(args, hh, oa, ob, w0, w1);
   rope_lean_run<T, C, Spec, kDataViaL1>(
-      a, tokens_per_block, qk_lean_run_ring, ln,
+      a, qk_lean_run_ring, ln,
       [&](int64_t t, int64_t b, int64_t s, const RopeHeadRegs<T, V>& regs, const float(&c)[V],
           const float(&sn)[V]) {
         qk_pair_head<T, V, kGptj, kD>(

@@ -53,9 +53,8 @@ Status launch_qk_norm_rope_typed(const QkNormRopeArgs& a, const core::QkNormRope
             err = static_cast<cudaError_t>(
                 allow_dynamic_smem(reinterpret_cast<const void*>(kernel), smem));
             if (err == cudaSuccess) {
-              err =
-                  launch_with_pdl(kernel, rope_launch_grid(plan.rope), rope_launch_block(plan.rope),
-                                  smem, stream, a, plan.tokens_per_block);
+              err = launch_with_pdl(kernel, rope_launch_grid(plan.rope),
+                                    rope_launch_block(plan.rope), smem, stream, a);
             }
             return Status::Ok();
           });

@@ -22,7 +22,7 @@ struct QkNormRopeBackwardArgs {
   const float* q_rstd;       // [T * Hq] (token-major), or nullptr: recomputed from x
   const float* k_rstd;       // [T * Hk], or nullptr
   float* partials;           // [2, gridDim.x * gridDim.y, D] fp32 (q rows, then k), or nullptr
-  int64_t tokens_per_block;  // C: block b owns tokens [b C, min(T, (b + 1) C))
+  int64_t tokens_per_block;  // general kernel: block b owns tokens [b C, min(T, (b + 1) C))
   int group;                 // lanes per head vector: a power of two in [1, 32]
   int slots;                 // slots per head vector (see core/qk_norm_rope_backward_plan.h)
   int rot_slots;             // the first h / V of them are rotary

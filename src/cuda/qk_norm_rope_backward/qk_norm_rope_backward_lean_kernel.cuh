@@ -4,9 +4,9 @@
 // every instance the same bits). Launched only as core::plan_qk_norm_rope_backward_lean describes.
 //
 // Ownership (grid (gx, head_groups), block (g, rows), g = h / 8 a power of two <= 32):
-//  - Tokens: block (bx, by) owns the contiguous tokens [bx C, min(T, (bx + 1) C)), one per round;
-//    each thread loads the next token's position with the current token's data, so a round's
-//    cos/sin loads need not wait for its position. (b, s) advance by one token per round.
+//  - Tokens: block (bx, by) owns tokens bx, bx + gx, bx + 2 gx, ... (interleaved over the grid,
+//    cuda/rope/rope_block_tokens.cuh), one per round; each thread loads the next token's position
+//    with the current token's data, so a round's cos/sin loads need not wait for its position.
 //  - Head: thread row y owns head by rows + y (q heads first, then k) of each of those tokens;
 //    rows past Hq + Hk have no head and only take part in the final reduction. A row's g lanes
 //    are consecutive and aligned in their warp (row y is threads y g .. y g + g - 1).
@@ -39,6 +39,7 @@
 #include "cuda/qk_norm_rope_backward/qk_norm_rope_backward_kernels.cuh"
 #include "cuda/qk_norm_rope_backward/qk_norm_rope_backward_math.cuh"
 #include "cuda/rms_norm/rms_norm_math.cuh"
+#include "cuda/rope/rope_block_tokens.cuh"
 #include "cuda/rope/rope_kernels.cuh"
 #include "cuda/rope/rope_lean_kernels.cuh"
 #include "cuda/rope/rope_lean_spec.h"
@@ -80,17 +81,15 @@ __global__ void __launch_bounds__(core::kQkBwdLeanThreads, core::kQkBwdLeanMinBl
   __syncthreads();
   if (hh < heads) {
     const float* w = wf + (is_q ? 0 : d_head);
-    const int64_t t0 = static_cast<int64_t>(blockIdx.x) * args.tokens_per_block;
-    const int64_t t_end =
-        t0 + args.tokens_per_block < a.tokens ? t0 + args.tokens_per_block : a.tokens;
-    int64_t b = 0, s = 0;
-    if (t0 < t_end) rope_token_coords(a, t0, b, s);
-    int64_t p_next = t0 < t_end ? rope_lean_position<Spec>(a, b, s) : 0;
-    for (int64_t t = t0; t < t_end; ++t) {
+    const TokenStep st = block_token_step(a);
+    TokenCursor cur = first_block_token(a);
+    int64_t p_next = cur.valid(a) ? rope_lean_position<Spec>(a, cur.b, cur.s) : 0;
+    while (cur.valid(a)) {
+      const int64_t b = cur.b, s = cur.s;
       const int64_t p = p_next;
       const T* x = rope_head_ptr<T>(is_q ? a.q : a.k, b, s, local);
       const T* dy = rope_head_ptr<T>(is_q ? args.gq : args.gk, b, s, local);
-      float r = rs != nullptr ? rs[t * rs_heads + local] : 0.0f;
+      float r = rs != nullptr ? rs[cur.t(a) * rs_heads + local] : 0.0f;
       RawVec<T, V> rxa, rxb, rga, rgb;
       load_raw<T, V>(x + oa, rxa);
       load_raw<T, V>(x + ob, rxb);
@@ -103,11 +102,8 @@ __global__ void __launch_bounds__(core::kQkBwdLeanThreads, core::kQkBwdLeanMinBl
       load_pack<C, V>(static_cast<const C*>(a.sin) + so + i0, sn);
       rope_apply_direction<V>(a, sn);
       T* dx = const_cast<T*>(rope_head_ptr<T>(is_q ? a.q_out : a.k_out, b, s, local));
-      if (++s == a.seq) {  // token t + 1 = (b, s); its position in flight with t's loads
-        s = 0;
-        ++b;
-      }
-      if (t + 1 < t_end) p_next = rope_lean_position<Spec>(a, b, s);
+      cur.next(st, a.seq);  // the block's next token: its position in flight with this one's loads
+      if (cur.valid(a)) p_next = rope_lean_position<Spec>(a, cur.b, cur.s);
       float xa[V], xb[V], ga[V], gb[V];
       widen<T, V>(rxa, xa);
       widen<T, V>(rxb, xb);

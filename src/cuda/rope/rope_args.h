@@ -23,6 +23,7 @@ struct RopeKernelArgs {
   RopeOperand q, q_out, k, k_out;  // k / k_out data nullptr when k is absent
   int64_t seq;                     // S: token t is (b, s) = (t / S, t % S)
   int64_t tokens;                  // T = B * S
+  int64_t batch;                   // B
   int hq, hk;                      // heads of q and k
   int head_dim;                    // D
   int half;                        // h = R / 2

@@ -120,6 +120,7 @@ void fill_rope_args(const core::RopeCall& c, const core::RopeGeometry& g, RopeKe
   }
   a->seq = g.seq;
   a->tokens = g.tokens;
+  a->batch = g.batch;
   a->hq = static_cast<int>(g.hq);
   a->hk = static_cast<int>(g.hk);
   a->head_dim = static_cast<int>(g.head_dim);

@@ -1,22 +1,23 @@
 // The lean run: the lean layout (rope_lean_kernels.cuh: thread (x, y) owns pair vector x of head
-// y) over a persistent grid of contiguous token runs, each thread fetching its next tokens' data
-// and cos/sin into its own shared-memory ring while it computes the current one. The per-token
-// work is the caller's (the QK-norm + RoPE lean-run kernel), so its bits are the lean kernel's.
+// y) over a persistent grid, its tokens interleaved over the blocks, each thread fetching its
+// next tokens' data and cos/sin into its own shared-memory ring while it computes the current
+// one. The per-token work is the caller's (the QK-norm + RoPE lean-run kernel), so its bits are
+// the lean kernel's.
 // (RoPE on this loop measured no faster than its lean kernel: bench/experiments/rope_lean_run.cu.)
 //
 // Ownership (grid (gx, head groups), block (g, rows), S = core::kRopeLeanRunStages):
-//  - Tokens: block bx owns the contiguous tokens [bx C, min(T, (bx + 1) C)), C = tokens_per_block,
-//    one per round, in order; (b, s) advance by one token per round (no division after the first).
+//  - Tokens: block bx owns the tokens bx, bx + G, bx + 2G, ... (G = gridDim.x; interleaved over
+//    the grid, rope_block_tokens.cuh), one per round, in order; (b, s) advance without division.
 //  - Head and pairs: thread row y of head group blockIdx.y owns head hh = blockIdx.y rows + y (q
 //    heads first, then k; rows past Hq + Hk exit at once), lane x its pair vector x (two
 //    V-vectors of channels, and the pairs' c_i, s_i), as in the lean kernel.
-//  - Ring (ThreadRing, [stage][chunk][thread]): in round t a thread starts the cp.async of token
-//    t + S - 1's two vectors (L2 only for neox) and cos/sin chunks (through L1: every head row
-//    of the block reads the same rows), then waits for its own copy of token t; it reads and
-//    writes nothing but its own slots, so no barrier is needed. The position of token t + S - 1
+//  - Ring (ThreadRing, [stage][chunk][thread]): in round j a thread starts the cp.async of its
+//    token j + S - 1's two vectors (L2 only for neox) and cos/sin chunks (through L1: every head
+//    row of the block reads the same rows), then waits for its own copy of token j; it reads and
+//    writes nothing but its own slots, so no barrier is needed. The position of token j + S - 1
 //    was loaded in the previous round, so no round waits for a position before it can fetch.
 // A thread reads a token's two vectors (from the ring) before it writes them, and fetches token
-// t + 1 only from addresses token t does not write (R = D, one head per row), so in place is safe.
+// t + G only from addresses token t does not write (R = D, one head per row), so in place is safe.
 #pragma once
 
 #include <cstdint>
@@ -24,21 +25,11 @@
 #include "core/rope_plan.h"
 #include "cuda/common/thread_ring.cuh"
 #include "cuda/rope/rope_args.h"
+#include "cuda/rope/rope_block_tokens.cuh"
 #include "cuda/rope/rope_kernels.cuh"
 #include "cuda/rope/rope_lean_kernels.cuh"
 
 namespace ropenorm::cuda {
-
-/// Token (b, s) of a run, advanced one token at a time.
-struct LeanRunCursor {
-  int64_t b = 0, s = 0;
-  __device__ __forceinline__ void next(int64_t seq) {
-    if (++s == seq) {
-      s = 0;
-      ++b;
-    }
-  }
-};
 
 /// What thread (x, y) of head group blockIdx.y owns: head hh = blockIdx.y rows + y (q heads
 /// first; hh >= Hq + Hk: none), its index in q or k, and pair vector x: pairs i0 .. i0 + V - 1 at
@@ -79,15 +70,16 @@ struct LeanRunRing {
                 "the planner's ring size");
 };
 
-/// Runs block blockIdx.x's tokens for the thread of lane ln (lean_run_lane; ln.hh < Hq + Hk):
-/// each round hands token t's data (regs), c_i, s_i of pairs i0 .. i0 + V - 1 (s_i
-/// negated for the inverse rotation) and (b, s) to body(t, b, s, regs, c, sn). Spec: the facts
-/// fixed at compile time (rope_lean_spec.h); kDataViaL1: the data's copies go through L1 (gptj: a
-/// lane's two vectors are the two halves of one 32-byte sector, which the second copy then finds in
-/// L1). `ring` is the block's dynamic shared memory, LeanRunRing<T, C>::Ring::bytes(threads) of it.
+/// Runs block blockIdx.x's tokens (block_tokens) for the thread of lane ln (lean_run_lane;
+/// ln.hh < Hq + Hk): each round hands token t's data (regs), c_i, s_i of pairs i0 .. i0 + V - 1
+/// (s_i negated for the inverse rotation) and (b, s) to body(t, b, s, regs, c, sn). Spec: the
+/// facts fixed at compile time (rope_lean_spec.h); kDataViaL1: the data's copies go through L1
+/// (gptj: a lane's two vectors are the two halves of one 32-byte sector, which the second copy
+/// then finds in L1). `ring` is the block's dynamic shared memory, LeanRunRing<T, C>::Ring::bytes(
+/// threads) of it.
 template <typename T, typename C, typename Spec, bool kDataViaL1, typename Body>
-__device__ __forceinline__ void rope_lean_run(const RopeKernelArgs& a, int64_t tokens_per_block,
-                                              uint4* ring, const LeanRunLane& ln, Body&& body) {
+__device__ __forceinline__ void rope_lean_run(const RopeKernelArgs& a, uint4* ring,
+                                              const LeanRunLane& ln, Body&& body) {
   using R = LeanRunRing<T, C>;
   constexpr int V = R::V;
   constexpr int S = core::kRopeLeanRunStages;
@@ -97,14 +89,11 @@ __device__ __forceinline__ void rope_lean_run(const RopeKernelArgs& a, int64_t t
   const typename R::Ring rg{ring, static_cast<int>(threadIdx.y * blockDim.x + threadIdx.x),
                             threads};
   const RopeOperand& in = ln.is_q ? a.q : a.k;
-  const int64_t t0 = static_cast<int64_t>(blockIdx.x) * tokens_per_block;
-  const int64_t t_end = t0 + tokens_per_block < a.tokens ? t0 + tokens_per_block : a.tokens;
-  if (t0 >= t_end) return;
-  // Token cursors: the one computed (t), the one fetched (t + S - 1), the one whose position is
-  // loaded (t + S).
-  LeanRunCursor cur;
-  rope_token_coords(a, t0, cur.b, cur.s);
-  LeanRunCursor fet = cur;
+  const TokenStep st = block_token_step(a);
+  // Token cursors: the one computed (round j), the one fetched (round j + S - 1).
+  TokenCursor cur = first_block_token(a);
+  if (!cur.valid(a)) return;
+  TokenCursor fet = cur;
   auto fetch = [&](int stage, int64_t p) {
     const T* x = rope_head_ptr<T>(in, fet.b, fet.s, ln.head);
     rg.template fetch<kVecBytes, kDataViaL1>(stage, 0, x + ln.oa);
@@ -116,21 +105,19 @@ __device__ __forceinline__ void rope_lean_run(const RopeKernelArgs& a, int64_t t
   };
 #pragma unroll
   for (int k = 0; k < S - 1; ++k) {
-    if (t0 + k < t_end) fetch(k, rope_lean_position<Spec>(a, fet.b, fet.s));
+    if (fet.valid(a)) fetch(k, rope_lean_position<Spec>(a, fet.b, fet.s));
     cp_async_commit();
-    fet.next(a.seq);
+    fet.next(st, a.seq);
   }
-  LeanRunCursor pos = fet;
-  int64_t p_ahead = t0 + S - 1 < t_end ? rope_lean_position<Spec>(a, pos.b, pos.s) : 0;
-  pos.next(a.seq);
+  // The position of the round's fetch, loaded a round earlier.
+  int64_t p_ahead = fet.valid(a) ? rope_lean_position<Spec>(a, fet.b, fet.s) : 0;
   int stage = 0;
-  for (int64_t t = t0; t < t_end; ++t) {
+  while (cur.valid(a)) {
     const int ahead = stage == 0 ? S - 1 : stage - 1;  // (stage + S - 1) % S
-    if (t + S - 1 < t_end) fetch(ahead, p_ahead);
+    if (fet.valid(a)) fetch(ahead, p_ahead);
     cp_async_commit();
-    fet.next(a.seq);
-    if (t + S < t_end) p_ahead = rope_lean_position<Spec>(a, pos.b, pos.s);
-    pos.next(a.seq);
+    fet.next(st, a.seq);
+    if (fet.valid(a)) p_ahead = rope_lean_position<Spec>(a, fet.b, fet.s);
     cp_async_wait<S - 1>();
     RopeHeadRegs<T, V> regs;
     rg.template read_raw<T, V>(stage, 0, regs.x0);
@@ -139,8 +126,8 @@ __device__ __forceinline__ void rope_lean_run(const RopeKernelArgs& a, int64_t t
     rg.template read_float<C, V>(stage, kCos, c);
     rg.template read_float<C, V>(stage, kSin, sn);
     rope_apply_direction<V>(a, sn);
-    body(t, cur.b, cur.s, regs, c, sn);
-    cur.next(a.seq);
+    body(cur.t(a), cur.b, cur.s, regs, c, sn);
+    cur.next(st, a.seq);
     stage = stage == S - 1 ? 0 : stage + 1;
   }
 }
