@@ -1,28 +1,31 @@
-// RoPE on the lean run (H200): does the persistent grid with each thread's next token in flight
-// in a shared-memory ring (cuda/rope/rope_lean_run.cuh, what the QK-norm + RoPE lean run
-// uses) beat the library's lean kernel (one block per token, LeanRows) on long runs?
+// RoPE on the lean run (H200): the library's lean-run kernel (cuda/rope/rope_lean_run.cuh: a
+// persistent grid, each block's tokens interleaved over the grid, each thread's next token's
+// data and cos/sin in flight in its own shared-memory ring) against the lean kernel (one block
+// per token, LeanRows) and the general kernel, on long and mid-length runs.
 // bf16 q [T, 32, D], k [T, 8, D], f32 cache of T rows (the main job's table size), random
-// int64 positions; D 128 neox, gptj and the inverse rotation, D 64 neox.
-// Ownership: the library's kernels; the experiment's lean-run kernel (rope_lean_run with the
-// lean kernel's rotation) on the library's arguments (cuda::fill_rope_args) at 2, 3 and 4 blocks
-// per multiprocessor (the tokens interleaved over the grid's blocks from the commit after
-// 58e3061 on, contiguous runs of ceil(T / grid) tokens before), its data copies through L2 only
-// or through L1. Each output is compared bit for bit with the library call's.
-// At 7cac74a (bench/results/rope-lean-run-7cac74a-nvidia-h200.log) the lean run was no faster
-// than the library's lean kernel for neox D 128 (361.8 against 360.0 us at T = 65536), slower
-// for D 64 (195.6 against 172.3) and far slower for gptj (489.1 against 374.5, its data copies
-// through L2 only then), so RoPE keeps
-// its lean kernel.
+// int64 positions; D 128 neox, gptj and the inverse rotation, D 64 neox, D 256 (two head
+// groups) neox and gptj, T = 1024 ... 65536.
+// Ownership: the library's kernels on the library's arguments (cuda::fill_rope_args): the public
+// call (the planner's pick, printed), the lean kernel on plan_rope_lean's grid (blocks of up to
+// 1024 threads), and the lean-run kernel on plan_rope_lean_run's grid filling 2, 3 and 4 x 320
+// threads per multiprocessor (gptj: with the row swizzle, the library's form, and at 2 x 320
+// also without it, each lane fetching its own chunks through L1). Every output is compared bit
+// for bit with the general kernel's (cuda::run_rope with the lean kernels disallowed).
+// History: at 7cac74a (bench/results/rope-lean-run-7cac74a-nvidia-h200.log), with contiguous
+// runs of tokens per block and the experiment's own copy of the kernel, the lean run was no
+// faster than the lean kernel for neox D 128 (361.8 against 360.0 us at T = 65536), slower for
+// D 64 (195.6 against 172.3) and, its data then through L2 only, far slower for gptj (489.1
+// against 374.5).
 // Cold-L2 CUDA-event medians. Not part of the build:
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90,code=sm_90 -Iinclude -Isrc \
 //        bench/experiments/rope_lean_run.cu build/libropenorm.a -o rope_lean_run
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <functional>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "core/rope_plan.h"
@@ -31,6 +34,7 @@
 #include "cuda/common/pdl.cuh"
 #include "cuda/rope/rope_host.h"
 #include "cuda/rope/rope_lean_run.cuh"
+#include "cuda/rope/rope_run.h"
 #include "decode_inputs.cuh"
 #include "experiment_timing.cuh"
 #include "ropenorm/rope.h"
@@ -42,50 +46,36 @@ namespace {
 
 constexpr int kHq = 32, kHk = 8;
 
-// Lean-run RoPE (forward or inverse, a.inverse) of style kGptj: the library's rope_lean_run with
-// the lean kernel's rope_rotate_store per token, so the lean kernel's bits; kDataViaL1 as
-// rope_lean_run's.
-template <typename T, typename C, bool kGptj, typename Spec, bool kDataViaL1>
-__global__ void __launch_bounds__(core::kRopeLeanLongRunThreads, 2)
-    rope_lean_run_kernel(const RopeKernelArgs a) {
-  constexpr int V = core::kRopeLeanVec;
-  extern __shared__ uint4 rope_lean_run_ring[];
-  const LeanRunLane ln = lean_run_lane<kGptj>(a, a.half);
-  if (ln.hh >= a.hq + a.hk) return;
-  const int hh = ln.hh, head = ln.head, oa = ln.oa, ob = ln.ob;
-  const RopeOperand& out = ln.is_q ? a.q_out : a.k_out;
-  griddep_wait();
-  rope_lean_run<T, C, Spec, kDataViaL1>(
-      a, rope_lean_run_ring, ln,
-      [&](int64_t, int64_t b, int64_t s, const RopeHeadRegs<T, V>& regs, const float(&c)[V],
-          const float(&sn)[V]) {
-        rope_rotate_store<T, V, kGptj>(
-            [&] { return const_cast<T*>(rope_head_ptr<T>(out, b, s, head)); }, oa, ob, regs, c, sn);
-      });
-}
-
 std::vector<uint16_t> to_host16(const void* p, size_t n) {
   std::vector<uint16_t> v(n);
   CK(cudaMemcpy(v.data(), p, n * 2, cudaMemcpyDeviceToHost));
   return v;
 }
 
+const char* plan_name(const core::RopePlan& p) {
+  return p.lean_run ? "lean run" : (p.lean ? "lean" : "general");
+}
+
+template <bool kGptj>
+const void* lean_run_fn() {
+  return reinterpret_cast<const void*>(rope_lean_run_kernel<bf16, float, kGptj, LeanRows>);
+}
+
 }  // namespace
 
 int main() {
-  const int64_t max_t = 65536, max_d = 128;
+  const int64_t max_t = 65536, max_d = 256;
   const size_t qn = max_t * kHq * max_d, kn = max_t * kHk * max_d;
-  std::mt19937_64 rng(20261202);
+  std::mt19937_64 rng(20261203);
   bf16 *q = device_bf16(random_bf16(rng, qn)), *k = device_bf16(random_bf16(rng, kn));
   bf16 *yq = device_bf16({}, qn), *yk = device_bf16({}, kn), *yq2 = device_bf16({}, qn),
        *yk2 = device_bf16({}, kn);
   int sms = 0;
   CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-  std::printf("registers: lean run neox %d, gptj %d\n",
-              regs_of(reinterpret_cast<const void*>(
-                  rope_lean_run_kernel<bf16, float, false, LeanRowsI64<0>, false>)),
-              regs_of(reinterpret_cast<const void*>(
-                  rope_lean_run_kernel<bf16, float, true, LeanRowsI64<0>, false>)));
+  std::printf(
+      "registers: lean run neox %d, gptj %d; lean neox %d\n", regs_of(lean_run_fn<false>()),
+      regs_of(lean_run_fn<true>()),
+      regs_of(reinterpret_cast<const void*>(rope_lean_kernel<bf16, float, false, LeanRows>)));
   std::printf("copy bandwidth %.1f GB/s\n", copy_bandwidth_gbps(size_t{1} << 30));
   const Device d0 = Device::cuda(0);
   struct Config {
@@ -94,12 +84,13 @@ int main() {
     RopeStyle style;
     bool inverse;
   };
-  const Config configs[] = {{"D128 neox", 128, RopeStyle::kNeox, false},
-                            {"D128 gptj", 128, RopeStyle::kGptj, false},
-                            {"D128 inverse", 128, RopeStyle::kNeox, true},
-                            {"D64 neox", 64, RopeStyle::kNeox, false}};
+  const Config configs[] = {
+      {"D128 neox", 128, RopeStyle::kNeox, false},   {"D128 gptj", 128, RopeStyle::kGptj, false},
+      {"D128 inverse", 128, RopeStyle::kNeox, true}, {"D64 neox", 64, RopeStyle::kNeox, false},
+      {"D256 neox", 256, RopeStyle::kNeox, false},   {"D256 gptj", 256, RopeStyle::kGptj, false}};
   for (const Config& cf : configs) {
-    for (int64_t t : {int64_t{4096}, int64_t{16384}, int64_t{65536}}) {
+    for (int64_t t :
+         {int64_t{1024}, int64_t{2048}, int64_t{4096}, int64_t{16384}, int64_t{65536}}) {
       const DeviceCosSin csd = device_cos_sin(rng, t, cf.d, t);
       auto view = [&](void* p, int64_t heads) {
         return TensorRef::contiguous(p, DType::kBFloat16, {t, heads, cf.d}, d0);
@@ -112,41 +103,49 @@ int main() {
       RopeParams prm;
       prm.style = cf.style;
       prm.inverse = cf.inverse;
-      auto lib = [&] {
-        check(rope(view(q, kHq), view(k, kHk), view(yq, kHq), view(yk, kHk), rp, cs, prm),
-              "library");
-      };
       const core::RopeCall call{view(q, kHq), view(k, kHk), view(yq2, kHq), view(yk2, kHk), rp,
                                 cs,           prm};
+      const core::RopeCall ref_call{view(q, kHq), view(k, kHk), view(yq, kHq), view(yk, kHk), rp,
+                                    cs,           prm};
       core::RopeGeometry geo;
       check(core::validate_rope(call, -1, &geo), "validate");
       RopeKernelArgs ra{};
       fill_rope_args(call, geo, &ra);
-      const int threads = cf.d / 16 * (kHq + kHk);
-      const auto smem = static_cast<size_t>(core::rope_lean_run_ring_bytes(2, 4, threads));
-      auto run = [&](int per_sm, bool via_l1) -> std::function<void()> {
-        const auto kernel =
-            cf.style == RopeStyle::kGptj
-                ? (via_l1 ? rope_lean_run_kernel<bf16, float, true, LeanRowsI64<0>, true>
-                          : rope_lean_run_kernel<bf16, float, true, LeanRowsI64<0>, false>)
-                : (via_l1 ? rope_lean_run_kernel<bf16, float, false, LeanRowsI64<0>, true>
-                          : rope_lean_run_kernel<bf16, float, false, LeanRowsI64<0>, false>);
-        CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                static_cast<int>(smem)));
-        return [&, kernel, per_sm] {
-          const int64_t grid = std::min<int64_t>(t, int64_t{sms} * per_sm);
-          CK(launch_with_pdl(kernel, dim3(static_cast<unsigned>(grid)),
-                             dim3(static_cast<unsigned>(cf.d / 16), kHq + kHk), smem, nullptr, ra));
-        };
-      };
-      const std::vector<std::function<void()>> vs = {run(2, false), run(3, false), run(4, false),
-                                                     run(2, true), run(3, true)};
-      const char* names[] = {"run 2/SM", "run 3/SM", "run 4/SM", "run 2/SM data via L1",
-                             "run 3/SM data via L1"};
+      const core::RopeLeanFacts lf = rope_lean_facts(call, geo, rope_access_width(call, geo, ra));
+      const core::RopePlan picked = core::plan_rope_call(lf, true, sms);
+      const bool gptj = cf.style == RopeStyle::kGptj;
+      std::vector<std::string> names;
+      std::vector<std::function<void()>> vs;
+      names.push_back(std::string("library (") + plan_name(picked) + ")");
+      vs.push_back(
+          [&] { check(rope(call.q, call.k, call.q_out, call.k_out, rp, cs, prm), "lib"); });
+      const core::RopePlan lean = core::plan_rope_lean(lf);
+      if (int64_t{lean.bx} * lean.by <= core::kRopeLeanMaxThreads) {
+        names.push_back("lean per token");
+        const auto kernel = gptj ? rope_lean_kernel<bf16, float, true, LeanRows>
+                                 : rope_lean_kernel<bf16, float, false, LeanRows>;
+        vs.push_back([&, kernel, lean] {
+          CK(launch_with_pdl(kernel, rope_launch_grid(lean), rope_launch_block(lean), 0, nullptr,
+                             ra));
+        });
+      }
+      for (int per : {2, 3, 4}) {
+        const core::RopePlan run =
+            core::plan_rope_lean_run(lf, core::kRopeLeanRunThreads, per, sms, 4096);
+        names.push_back("run " + std::to_string(per) + "x320/SM");
+        const auto kernel = gptj ? rope_lean_run_kernel<bf16, float, true, LeanRows>
+                                 : rope_lean_run_kernel<bf16, float, false, LeanRows>;
+        vs.push_back([&, kernel, run] { CK(launch_lean_run(kernel, run, nullptr, ra)); });
+        if (gptj && per == 2) {  // gptj without the row swizzle: each lane's own chunks, via L1
+          names.push_back("run 2x320/SM unswizzled via L1");
+          const auto direct = rope_lean_run_kernel<bf16, float, true, LeanRows, false>;
+          vs.push_back([&, direct, run] { CK(launch_lean_run(direct, run, nullptr, ra)); });
+        }
+      }
       const size_t nq = t * kHq * cf.d, nk = t * kHk * cf.d;
       CK(cudaMemset(yq, 0xff, qn * 2));
       CK(cudaMemset(yk, 0xff, kn * 2));
-      lib();
+      check(run_rope(ref_call, false, nullptr), "general");
       CK(cudaDeviceSynchronize());
       const auto ref_q = to_host16(yq, nq), ref_k = to_host16(yk, nk);
       for (size_t vi = 0; vi < vs.size(); ++vi) {
@@ -159,14 +158,14 @@ int main() {
         for (size_t i = 0; i < nq; ++i) differ += eq[i] != ref_q[i];
         for (size_t i = 0; i < nk; ++i) differ += ek[i] != ref_k[i];
         std::printf("  %s T=%5lld check %s: %zu elements differ\n", cf.name,
-                    static_cast<long long>(t), names[vi], differ);
+                    static_cast<long long>(t), names[vi].c_str(), differ);
       }
       const double bytes = 2.0 * static_cast<double>(nq + nk) * 2 + static_cast<double>(t) * 8;
-      const float t_lib = time_med(lib, true);
-      std::printf("%-12s T=%5lld cold: library %8.2f us (%6.0f GB/s)", cf.name,
-                  static_cast<long long>(t), t_lib, bytes / t_lib / 1e3);
+      const float t_gen = time_med([&] { check(run_rope(ref_call, false, nullptr), "g"); }, true);
+      std::printf("%-12s T=%5lld cold: general %8.2f us (%6.0f GB/s)", cf.name,
+                  static_cast<long long>(t), t_gen, bytes / t_gen / 1e3);
       for (size_t vi = 0; vi < vs.size(); ++vi) {
-        std::printf(" | %s %.2f", names[vi], time_med(vs[vi], true));
+        std::printf(" | %s %.2f", names[vi].c_str(), time_med(vs[vi], true));
       }
       std::printf(" us\n");
       CK(cudaFree(csd.cache));

@@ -16,17 +16,9 @@ QkNormRopePlan plan_qk_norm_rope(const QkNormRopeFacts& f) {
     const int64_t lanes = r.half / kQkVecChannels;
     if (f.allow_lean && rope_lean_shape(r) && r.tokens >= kQkLeanRunMinTokens &&
         (lanes == 8 || lanes == 16)) {
-      const int64_t groups = (lanes * r.heads + kQkLeanRunThreads - 1) / kQkLeanRunThreads;
       p.kernel = QkKernel::kLeanRun;
-      p.rope = plan_rope_lean(r);  // its block x; rows, groups and the grid are the run's
-      p.rope.by = static_cast<int>((r.heads + groups - 1) / groups);
-      p.rope.head_groups = static_cast<int>(groups);
-      const int64_t warp_threads = (lanes * p.rope.by + 31) / 32 * 32;
-      const int64_t per_sm =
-          std::max<int64_t>(1, int64_t{kQkLeanRunMinBlocks} * kQkLeanRunThreads / warp_threads);
-      const int64_t blocks = f.sm_count > 0 ? per_sm * f.sm_count : kQkLeanRunMaxGrid;
-      p.rope.grid = std::min(r.tokens, std::max<int64_t>(1, blocks / groups));
-      p.smem_bytes = rope_lean_run_ring_bytes(r.elem_size, r.cs_elem_size, lanes * p.rope.by);
+      p.rope = plan_rope_lean_run(r, kQkLeanRunThreads, kQkLeanRunMinBlocks, f.sm_count,
+                                  kQkLeanRunMaxGrid);
       return p;
     }
     if (f.allow_lean &&

@@ -63,24 +63,19 @@ enum class QkKernel {
 /// Kernel and launch shape.
 struct QkNormRopePlan {
   QkKernel kernel = QkKernel::kScalar;
-  RopePlan rope;             ///< kLeanRun / kLean / kPair: block (bx, by, bz), grid, single-round
+  RopePlan rope;             ///< kLeanRun / kLean / kPair: block, grid, single-round, ring
   int group = 1;             ///< kVector / kScalar: lanes per head vector (a power of two <= 32)
   int groups_per_token = 1;  ///< kVector: lane groups serving one token
   int slots_per_lane = 1;    ///< kScalar: KS in {1, 2, 4, 8}
   int threads = 32;          ///< kVector / kScalar: threads per block
   int64_t grid = 1;          ///< kVector / kScalar: blocks (each loops over its tokens)
-  int64_t smem_bytes = 0;    ///< kLeanRun: the block's ring (rope_lean_run_ring_bytes)
 };
 
 /// The first kernel that applies, in the order lean run, lean, pair, vector, scalar:
 ///  - lean run (when allow_lean): what lean needs but its grid bounds, at least
-///    kQkLeanRunMinTokens tokens and 8 or 16 lanes per head (D 128 or 256); block x from
-///    plan_rope_lean, the Hq + Hk heads split into the fewest head groups (rope.head_groups)
-///    of rope.by rows that keep a block within kQkLeanRunThreads threads; rope.grid min(T,
-///    per_sm x sm_count / groups) (kQkLeanRunMaxGrid / groups when sm_count is unknown), per_sm
-///    the blocks that fill kQkLeanRunMinBlocks x kQkLeanRunThreads threads of a multiprocessor
-///    (blocks counted in whole warps; block bx takes tokens bx, bx + rope.grid, ...), and the
-///    ring's dynamic shared memory (rope_lean_run_ring_bytes);
+///    kQkLeanRunMinTokens tokens and 8 or 16 lanes per head (D 128 or 256); shape from
+///    plan_rope_lean_run with blocks of at most kQkLeanRunThreads threads, kQkLeanRunMinBlocks
+///    of them per multiprocessor (kQkLeanRunMaxGrid blocks when sm_count is unknown);
 ///  - lean (when allow_lean): what pair needs, cos/sin loaded and rope_lean's thread and grid
 ///    bounds with kQkLeanMaxTokens for blocks rope_lean_long_run_block accepts, else with
 ///    kRopeLeanMaxTokens (the norm's butterfly runs over the h / 8 lanes of a thread row);

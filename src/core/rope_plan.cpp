@@ -1,6 +1,7 @@
 // Launch planning for the RoPE kernel (see rope_plan.h).
 #include "core/rope_plan.h"
 
+#include <algorithm>
 #include <cstdint>
 
 namespace ropenorm::core {
@@ -94,6 +95,42 @@ RopePlan plan_rope_lean(const RopeLeanFacts& f) {
   p.single = true;
   p.lean = true;
   return p;
+}
+
+RopePlan plan_rope_lean_run(const RopeLeanFacts& f, int max_threads, int min_blocks, int sm_count,
+                            int64_t unknown_grid) {
+  const int64_t lanes = f.half / kRopeLeanVec;
+  const int64_t heads = std::max<int64_t>(1, f.heads);
+  const int64_t max_rows = std::max<int64_t>(1, max_threads / lanes);
+  const int64_t groups = (heads + max_rows - 1) / max_rows;
+  RopePlan p;
+  p.vec = kRopeLeanVec;
+  p.bx = static_cast<int>(lanes);
+  p.by = static_cast<int>((heads + groups - 1) / groups);
+  p.bz = 1;
+  p.head_groups = static_cast<int>(groups);
+  const int64_t warp_threads = (lanes * p.by + 31) / 32 * 32;
+  const int64_t per_sm = std::max<int64_t>(1, int64_t{min_blocks} * max_threads / warp_threads);
+  const int64_t blocks = sm_count > 0 ? per_sm * sm_count : unknown_grid;
+  p.grid = std::min(f.tokens, std::max<int64_t>(1, blocks / groups));
+  p.lean_run = true;
+  p.smem_bytes = rope_lean_run_ring_bytes(f.elem_size, f.cs_elem_size, lanes * p.by);
+  return p;
+}
+
+bool rope_lean_run(const RopeLeanFacts& f) {
+  const int64_t lanes = f.half / kRopeLeanVec;
+  return rope_lean_shape(f) && f.cos_sin_rows && f.tokens >= kRopeLeanRunMinTokens &&
+         (lanes == 8 || lanes == 16);
+}
+
+RopePlan plan_rope_call(const RopeLeanFacts& f, bool allow_lean, int sm_count) {
+  if (allow_lean && rope_lean_run(f)) {
+    return plan_rope_lean_run(f, kRopeLeanRunThreads, kRopeLeanRunMinBlocks, sm_count,
+                              kRopeLeanRunMaxGrid);
+  }
+  if (allow_lean && rope_lean(f, rope_lean_max_tokens(f))) return plan_rope_lean(f);
+  return plan_rope(f.tokens, f.heads, f.half, f.vec);
 }
 
 }  // namespace ropenorm::core

@@ -50,6 +50,12 @@ struct RopePlan {
   /// (S, B), so for a lean plan grid = S (tokens of a sequence), head_groups = B (sequences, not
   /// head groups), by = Hq + Hk (one head per thread row, not kRopeHeadsPerThread) and bz = 1.
   bool lean = false;
+  /// The lean run (plan_rope_lean_run; cuda/rope/rope_lean_run.cuh): the lean layout, block
+  /// (h / kRopeLeanVec, by head rows), over a persistent grid of `grid` blocks per head group
+  /// (head_groups groups of by rows), block bx taking tokens bx, bx + grid, ...; smem_bytes of
+  /// dynamic shared memory for the threads' rings.
+  bool lean_run = false;
+  int64_t smem_bytes = 0;
 };
 
 /// Threads per block the planner aims for.
@@ -141,5 +147,37 @@ constexpr int64_t rope_lean_run_ring_bytes(int elem_size, int cs_elem_size, int6
 /// The lean launch of a call rope_lean accepts, B = T / S sequences of S tokens: grid (S, B),
 /// block (h / kRopeLeanVec, Hq + Hk, 1), vec kRopeLeanVec, single and lean set.
 RopePlan plan_rope_lean(const RopeLeanFacts& f);
+
+/// The lean-run launch of a call rope_lean_shape accepts, with blocks of at most max_threads
+/// threads and min_blocks of them per multiprocessor: plan_rope_lean's block x (h /
+/// kRopeLeanVec lanes); the Hq + Hk heads split into the fewest head groups (head_groups) of
+/// `by` rows that keep a block within max_threads; per multiprocessor as many blocks (counted in
+/// whole warps) as fill min_blocks x max_threads threads; grid min(T, per_sm x sm_count / groups)
+/// (unknown_grid / groups when sm_count <= 0; at least 1); smem_bytes the ring's
+/// (rope_lean_run_ring_bytes). vec kRopeLeanVec, lean_run set (not lean).
+RopePlan plan_rope_lean_run(const RopeLeanFacts& f, int max_threads, int min_blocks, int sm_count,
+                            int64_t unknown_grid);
+
+/// Fewest tokens of a RoPE lean run (H200, bf16, 32 + 8 heads, f32 cache, random int64
+/// positions, bench/experiments/rope_lean_run.cu).
+constexpr int64_t kRopeLeanRunMinTokens = 4096;
+/// Threads per RoPE lean-run block at most (its launch bound) and the blocks of that size a
+/// multiprocessor is filled with (smaller blocks: as many as fill the same threads).
+constexpr int kRopeLeanRunThreads = 320;
+constexpr int kRopeLeanRunMinBlocks = 2;
+/// The RoPE lean-run grid when the multiprocessor count is unknown.
+constexpr int64_t kRopeLeanRunMaxGrid = 4096;
+
+/// The RoPE launcher's lean run serves the call: rope_lean_shape, cos/sin rows indexed by
+/// position (a cache or a [P, R] table), at least kRopeLeanRunMinTokens tokens and 8 or 16 lanes
+/// per head (D 128 or 256; any head count, in head groups).
+bool rope_lean_run(const RopeLeanFacts& f);
+
+/// The RoPE launcher's plan for a call (f.vec its vector width) on a device of sm_count
+/// multiprocessors: when allow_lean, the lean run for calls rope_lean_run accepts
+/// (plan_rope_lean_run with kRopeLeanRunThreads, kRopeLeanRunMinBlocks, kRopeLeanRunMaxGrid),
+/// else the lean kernel for calls rope_lean accepts under rope_lean_max_tokens
+/// (plan_rope_lean); otherwise the general kernel, plan_rope(T, Hq + Hk, h, f.vec).
+RopePlan plan_rope_call(const RopeLeanFacts& f, bool allow_lean, int sm_count);
 
 }  // namespace ropenorm::core

@@ -402,6 +402,81 @@ TEST(GpuRope, LeanKernelMatchesGeneralKernel) {
   }
 }
 
+// The lean run (what the planner picks from kRopeLeanRunMinTokens tokens for cos/sin rows by
+// position and D 128 / 256: a persistent grid, each block's tokens interleaved over it; gptj
+// through the row swizzle) gives the general kernel's bits: both styles, both directions, f16
+// and bf16 data, the cache and the [P, R] table in every dtype, every explicit and implicit
+// position kind, one sequence and B x S (sequences ending inside a block's stride), two head
+// groups (D 256, 32 + 8 heads), 8 and 16 lanes a row in both styles, small blocks several to a
+// multiprocessor, k absent, in and out of place. Each case is first checked against the oracle.
+TEST(GpuRope, LeanRunMatchesGeneralKernel) {
+  ROPENORM_REQUIRE_GPU();
+  struct Variant {
+    DType dtype;
+    RopeStyle style;
+    bool inverse;
+    CosSinKind source;
+    DType cs_dtype;
+    int64_t hq, hk, head_dim, batch, seq;
+    RopePosKind pos_kind;
+    bool in_place;
+  };
+  const int64_t n = core::kRopeLeanRunMinTokens;
+  const Variant variants[] = {
+      {DType::kBFloat16, RopeStyle::kNeox, false, CosSinKind::kCache, DType::kFloat32, 32, 8, 128,
+       0, n + 3, RopePosKind::kI64, false},
+      {DType::kFloat16, RopeStyle::kGptj, true, CosSinKind::kHfCosSin, DType::kBFloat16, 24, 8, 128,
+       3, 1501, RopePosKind::kI32, true},
+      {DType::kBFloat16, RopeStyle::kNeox, false, CosSinKind::kCache, DType::kFloat16, 32, 8, 256,
+       2, 2101, RopePosKind::kArangeSeqOffs, false},
+      {DType::kFloat16, RopeStyle::kGptj, false, CosSinKind::kCache, DType::kFloat32, 9, 3, 128, 2,
+       2500, RopePosKind::kI64, true},
+      {DType::kBFloat16, RopeStyle::kGptj, true, CosSinKind::kHfCosSin, DType::kFloat32, 16, 0, 256,
+       0, n, RopePosKind::kArange, false},
+      {DType::kFloat16, RopeStyle::kGptj, false, CosSinKind::kCache, DType::kBFloat16, 32, 8, 256,
+       2, 2101, RopePosKind::kI32, true},
+  };
+  uint64_t seed = 1200;
+  for (const Variant& v : variants) {
+    RopeCase c;
+    c.dtype = v.dtype;
+    c.style = v.style;
+    c.inverse = v.inverse;
+    c.source = v.source;
+    c.cs_dtype = v.cs_dtype;
+    c.hq = v.hq;
+    c.hk = v.hk;
+    c.has_k = v.hk > 0;
+    c.head_dim = v.head_dim;
+    c.batch = v.batch;
+    c.seq = v.seq;
+    c.pos_kind = v.pos_kind;
+    c.table_rows = 8192;
+    c.layout = v.hk > 0 ? RopeLayout::kPackedQkv : RopeLayout::kSeparate;
+    c.in_place = v.in_place;
+    c.seed = seed++;
+    core::RopeLeanFacts f;
+    f.elem_size = 2;
+    f.vec = core::kRopeLeanVec;
+    f.cos_sin_loaded = true;
+    f.cos_sin_rows = true;
+    f.tokens = c.tokens();
+    f.heads = v.hq + v.hk;
+    f.half = v.head_dim / 2;
+    f.head_dim = v.head_dim;
+    ASSERT_TRUE(core::rope_lean_run(f)) << "case " << c.seed << " must take the lean run";
+    const auto in = verify::make_inputs(c);
+    const auto a = verify::run_case(c, in);
+    ASSERT_TRUE(a.passed) << a.summary;
+    RopeCase general = c;
+    general.allow_lean = false;
+    const auto b = verify::run_case(general, in);
+    ASSERT_TRUE(b.passed) << b.summary;
+    ASSERT_EQ(a.q_out.bytes, b.q_out.bytes) << a.summary;
+    ASSERT_EQ(a.k_out.bytes, b.k_out.bytes) << a.summary;
+  }
+}
+
 // Decode-like and large-token shapes of the standard benchmark set.
 TEST(GpuRope, StandardShapes) {
   ROPENORM_REQUIRE_GPU();

@@ -126,7 +126,7 @@ TEST(CpuQkNormRopePlan, LeanRunForLongRuns) {
   EXPECT_EQ(p.rope.grid, 264);
   EXPECT_EQ(p.rope.head_groups, 1);
   // The ring: 2 stages of 320 threads' two bf16 vectors and f32 cos and sin vectors of 8.
-  EXPECT_EQ(p.smem_bytes, 2 * 320 * (2 * 16 + 2 * 32));
+  EXPECT_EQ(p.rope.smem_bytes, 2 * 320 * (2 * 16 + 2 * 32));
   f.sm_count = 0;  // unknown: the largest grid
   p = plan_qk_norm_rope(f);
   EXPECT_EQ(p.rope.grid, kQkLeanRunMaxGrid);
@@ -135,7 +135,7 @@ TEST(CpuQkNormRopePlan, LeanRunForLongRuns) {
   f.rope.seq = 1000;        // sequences of any length: the kernel advances (b, s) itself
   f.rope.cs_elem_size = 2;  // a bf16 table
   p = plan_qk_norm_rope(f);
-  EXPECT_EQ(p.smem_bytes, 2 * 320 * (2 * 16 + 2 * 16));
+  EXPECT_EQ(p.rope.smem_bytes, 2 * 320 * (2 * 16 + 2 * 16));
   EXPECT_EQ(p.kernel, QkKernel::kLeanRun);
   EXPECT_EQ(p.rope.bx, 16);
   EXPECT_EQ(p.rope.head_groups, 1);             // one head group, not B sequences
@@ -147,7 +147,7 @@ TEST(CpuQkNormRopePlan, LeanRunForLongRuns) {
   EXPECT_EQ(p.rope.by, 20);
   EXPECT_EQ(p.rope.head_groups, 2);
   EXPECT_EQ(p.rope.grid, 132);  // 2 blocks of 320 threads per multiprocessor in all
-  EXPECT_EQ(p.smem_bytes, 2 * 320 * (2 * 16 + 2 * 32));
+  EXPECT_EQ(p.rope.smem_bytes, 2 * 320 * (2 * 16 + 2 * 32));
   p = lean_run_plan(41, 128);  // 2 groups of 21 rows: 168 threads
   EXPECT_EQ(p.rope.by, 21);
   EXPECT_EQ(p.rope.head_groups, 2);
@@ -157,7 +157,7 @@ TEST(CpuQkNormRopePlan, LeanRunForLongRuns) {
   EXPECT_EQ(p.rope.by, 10);
   EXPECT_EQ(p.rope.head_groups, 1);
   EXPECT_EQ(p.rope.grid, 6 * 132);
-  EXPECT_EQ(p.smem_bytes, 2 * 80 * (2 * 16 + 2 * 32));
+  EXPECT_EQ(p.rope.smem_bytes, 2 * 80 * (2 * 16 + 2 * 32));
   // Too few tokens, other lanes, no lean shape, the lean kernel disallowed.
   f = facts(kQkLeanRunMinTokens - 1, 40, 128, 128, 8, 2, true, true);
   EXPECT_EQ(plan_qk_norm_rope(f).kernel, QkKernel::kLean);

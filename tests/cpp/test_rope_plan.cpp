@@ -244,5 +244,88 @@ TEST(CpuRopePlan, LeanLaunchShape) {
   EXPECT_EQ(p.head_groups, 1);
 }
 
+// The RoPE lean run: rows by position, 8 or 16 lanes, from kRopeLeanRunMinTokens tokens.
+TEST(CpuRopePlan, LeanRunRule) {
+  RopeLeanFacts f = lean_facts(kRopeLeanRunMinTokens, 40, 64, 128);
+  EXPECT_FALSE(rope_lean_run(f));  // gathered rows
+  f.cos_sin_rows = true;
+  EXPECT_TRUE(rope_lean_run(f));
+  f.tokens -= 1;
+  EXPECT_FALSE(rope_lean_run(f));
+  f = lean_facts(65536, 40, 128, 256);  // 16 lanes
+  f.cos_sin_rows = true;
+  EXPECT_TRUE(rope_lean_run(f));
+  f = lean_facts(65536, 40, 32, 64);  // 4 lanes: the lean kernel
+  f.cos_sin_rows = true;
+  EXPECT_FALSE(rope_lean_run(f));
+  f = lean_facts(65536, 40, 256, 512);  // 32 lanes
+  f.cos_sin_rows = true;
+  EXPECT_FALSE(rope_lean_run(f));
+  f = lean_facts(65536, 40, 32, 128);  // partial rotary: no lean shape
+  f.cos_sin_rows = true;
+  EXPECT_FALSE(rope_lean_run(f));
+}
+
+TEST(CpuRopePlan, LeanRunLaunchShape) {
+  // D 128, 32 + 8 heads: one block of 8 x 40 = 320 threads, kRopeLeanRunMinBlocks per SM.
+  RopeLeanFacts f = lean_facts(65536, 40, 64, 128);
+  f.cos_sin_rows = true;
+  RopePlan p = plan_rope_lean_run(f, 320, 2, 132, 4096);
+  EXPECT_TRUE(p.lean_run);
+  EXPECT_FALSE(p.lean);
+  EXPECT_EQ(p.vec, kRopeLeanVec);
+  EXPECT_EQ(p.bx, 8);
+  EXPECT_EQ(p.by, 40);
+  EXPECT_EQ(p.bz, 1);
+  EXPECT_EQ(p.head_groups, 1);
+  EXPECT_EQ(p.grid, 264);
+  // The ring: 2 stages of 320 threads' two bf16 vectors and f32 cos and sin vectors of 8.
+  EXPECT_EQ(p.smem_bytes, 2 * 320 * (2 * 16 + 2 * 32));
+  EXPECT_EQ(plan_rope_lean_run(f, 320, 3, 132, 4096).grid, 396);
+  EXPECT_EQ(plan_rope_lean_run(f, 320, 2, 0, 4096).grid, 4096);  // SMs unknown
+  // D 256, 32 + 8 heads: two head groups of 20 rows of 16 lanes, the blocks shared out.
+  f = lean_facts(65536, 40, 128, 256);
+  f.cs_elem_size = 2;
+  p = plan_rope_lean_run(f, 320, 2, 132, 4096);
+  EXPECT_EQ(p.bx, 16);
+  EXPECT_EQ(p.by, 20);
+  EXPECT_EQ(p.head_groups, 2);
+  EXPECT_EQ(p.grid, 132);
+  EXPECT_EQ(p.smem_bytes, 2 * 320 * (2 * 16 + 2 * 16));
+  // Small blocks (8 + 2 heads: 80 threads, 3 warps): as many as fill 640 threads; few tokens:
+  // one block per token.
+  f = lean_facts(100, 10, 64, 128);
+  p = plan_rope_lean_run(f, 320, 2, 132, 4096);
+  EXPECT_EQ(p.by, 10);
+  EXPECT_EQ(p.grid, 100);
+  f.tokens = 65536;
+  EXPECT_EQ(plan_rope_lean_run(f, 320, 2, 132, 4096).grid, 6 * 132);
+}
+
+// The launcher's choice: lean run, then the lean kernel, then the general kernel; none of the
+// lean ones when they are disallowed.
+TEST(CpuRopePlan, CallPlan) {
+  RopeLeanFacts f = lean_facts(65536, 40, 64, 128);
+  f.cos_sin_rows = true;
+  RopePlan p = plan_rope_call(f, true, 132);
+  EXPECT_TRUE(p.lean_run);
+  EXPECT_EQ(p.grid, 2 * 132);
+  EXPECT_EQ(p.bx, 8);
+  EXPECT_EQ(p.by, 40);
+  p = plan_rope_call(f, false, 132);
+  EXPECT_FALSE(p.lean_run || p.lean);
+  f.tokens = kRopeLeanRunMinTokens - 1;
+  p = plan_rope_call(f, true, 132);
+  EXPECT_TRUE(p.lean);
+  EXPECT_FALSE(p.lean_run);
+  f = lean_facts(65536, 40, 32, 64);  // D 64: the lean kernel at every run length
+  f.cos_sin_rows = true;
+  EXPECT_TRUE(plan_rope_call(f, true, 132).lean);
+  f = lean_facts(65536, 40, 64, 128);  // gathered rows: the general kernel on long runs
+  p = plan_rope_call(f, true, 132);
+  EXPECT_FALSE(p.lean_run || p.lean);
+  EXPECT_EQ(p.vec, 8);
+}
+
 }  // namespace
 }  // namespace ropenorm::core

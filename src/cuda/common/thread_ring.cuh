@@ -3,8 +3,9 @@
 //
 // Ownership: kStages stages of kChunks 16-byte slots per thread, laid out [stage][chunk][thread]
 // (the threads of a warp touch consecutive slots of a chunk: no bank conflicts). Thread tid copies
-// into and reads back only its own slots [*][*][tid], so its own cp.async wait is all it needs,
-// never a block barrier.
+// into and writes only its own slots [*][*][tid]; it reads its own slots after its own cp.async
+// wait, and a slot of another thread of its warp (read_raw_at) only after a warp barrier that
+// follows that thread's wait or write. No block barrier is ever needed.
 #pragma once
 
 #include <cstddef>
@@ -26,8 +27,11 @@ struct ThreadRing {
     return size_t{kStages} * kChunks * static_cast<size_t>(threads) * 16;
   }
 
+  __device__ __forceinline__ uint4* slot(int stage, int chunk, int column) const {
+    return base + (stage * kChunks + chunk) * threads + column;
+  }
   __device__ __forceinline__ uint4* slot(int stage, int chunk) const {
-    return base + (stage * kChunks + chunk) * threads + tid;
+    return slot(stage, chunk, tid);
   }
 
   /// Starts copying kBytes (a multiple of 16; src 16-byte aligned) into chunks chunk,
@@ -58,6 +62,31 @@ struct ThreadRing {
 #pragma unroll
       for (int i = 0; i < kPer; ++i) out.v[c * kPer + i] = pk.v[i];
     }
+  }
+
+  /// The 16 bytes of chunk `chunk` of `stage` in thread `column`'s slots (a thread of the same
+  /// warp, its copy or write ordered before this read by a warp barrier), as stored.
+  template <typename T, int V>
+  __device__ __forceinline__ void read_raw_at(int stage, int chunk, int column,
+                                              RawVec<T, V>& out) const {
+    static_assert(V * sizeof(T) == 16, "one 16-byte chunk");
+    const Pack<T, V> pk = load_word<Pack<T, V>>(slot(stage, chunk, column));
+#pragma unroll
+    for (int i = 0; i < V; ++i) out.v[i] = pk.v[i];
+  }
+
+  /// Writes 8 values of a 16-bit T (one rounding each) into this thread's chunk `chunk` of
+  /// `stage`, as one 16-byte store.
+  template <typename T>
+  __device__ __forceinline__ void write_float(int stage, int chunk, const float (&in)[8]) const {
+    static_assert(sizeof(T) == 2, "8 16-bit values fill a chunk");
+    uint32_t w[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      w[i] = static_cast<uint32_t>(float_to_storage<T>(in[2 * i])) |
+             (static_cast<uint32_t>(float_to_storage<T>(in[2 * i + 1])) << 16);
+    }
+    *slot(stage, chunk) = make_uint4(w[0], w[1], w[2], w[3]);
   }
 
   /// The same, widened to fp32.

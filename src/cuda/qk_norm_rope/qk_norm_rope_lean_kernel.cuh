@@ -77,7 +77,7 @@ __global__ void __launch_bounds__(Spec::kMaxThreads)
 
 /// Lean-run QK-norm + RoPE of style kGptj with cos/sin tables of dtype C, Spec::kLanes lanes per
 /// head (8 or 16) and the other facts Spec fixes; the block's tokens interleaved over the grid
-/// (rope_block_tokens.cuh), its ring in dynamic shared memory (core::QkNormRopePlan::smem_bytes);
+/// (rope_block_tokens.cuh), its ring in dynamic shared memory (core::RopePlan::smem_bytes);
 /// kDataViaL1 as rope_lean_run's (the launcher takes the default).
 template <typename T, typename C, bool kGptj, typename Spec, bool kDataViaL1 = kGptj>
 __global__ void __launch_bounds__(core::kQkLeanRunThreads, core::kQkLeanRunMinBlocks)
@@ -100,7 +100,7 @@ __global__ void __launch_bounds__(core::kQkLeanRunThreads, core::kQkLeanRunMinBl
   rope_lean_run<T, C, Spec, kDataViaL1>(
       a, qk_lean_run_ring, ln,
       [&](int64_t t, int64_t b, int64_t s, const RopeHeadRegs<T, V>& regs, const float(&c)[V],
-          const float(&sn)[V]) {
+          const float(&sn)[V], const auto&) {
         qk_pair_head<T, V, kGptj, kD>(
             args, [&] { return const_cast<T*>(rope_head_ptr<T>(out, b, s, head)); }, t, hh, oa, ob,
             regs, c, sn, mask, g,

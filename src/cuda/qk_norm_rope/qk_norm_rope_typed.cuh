@@ -16,7 +16,6 @@
 #include <type_traits>
 
 #include "core/checks.h"
-#include "cuda/common/launch.h"
 #include "cuda/common/pdl.cuh"
 #include "cuda/qk_norm_rope/qk_norm_rope_kernels.cuh"
 #include "cuda/qk_norm_rope/qk_norm_rope_lean_kernel.cuh"
@@ -49,13 +48,7 @@ Status launch_qk_norm_rope_typed(const QkNormRopeArgs& a, const core::QkNormRope
                                        : qk_norm_rope_lean_run_kernel<T, C, G, LeanLanes<16>>;
             };
             const auto kernel = a.rope.gptj ? pick(std::true_type{}) : pick(std::false_type{});
-            const auto smem = static_cast<size_t>(plan.smem_bytes);
-            err = static_cast<cudaError_t>(
-                allow_dynamic_smem(reinterpret_cast<const void*>(kernel), smem));
-            if (err == cudaSuccess) {
-              err = launch_with_pdl(kernel, rope_launch_grid(plan.rope),
-                                    rope_launch_block(plan.rope), smem, stream, a);
-            }
+            err = launch_lean_run(kernel, plan.rope, stream, a);
             return Status::Ok();
           });
       if (!picked.ok()) return picked;

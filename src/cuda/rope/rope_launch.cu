@@ -13,6 +13,7 @@
 #include "core/rope_plan.h"
 #include "core/rope_validate.h"
 #include "cuda/common/dtype.cuh"
+#include "cuda/common/launch.h"
 #include "cuda/rope/rope_host.h"
 #include "cuda/rope/rope_run.h"
 #include "cuda/rope/rope_typed.h"
@@ -42,12 +43,8 @@ Status run_rope(const core::RopeCall& c, bool allow_lean, Stream stream) {
   a.copy_q_tail = c.q_out.data != c.q.data && g.rotary_dim < g.head_dim;
   a.copy_k_tail = c.k.defined() && c.k_out.data != c.k.data && g.rotary_dim < g.head_dim;
 
-  const int vec = rope_access_width(c, g, a);
-  const int64_t h = g.rotary_dim / 2;
-  const core::RopeLeanFacts lf = rope_lean_facts(c, g, vec);
-  const core::RopePlan plan = allow_lean && core::rope_lean(lf, core::rope_lean_max_tokens(lf))
-                                  ? core::plan_rope_lean(lf)
-                                  : core::plan_rope(g.tokens, lf.heads, h, vec);
+  const core::RopeLeanFacts lf = rope_lean_facts(c, g, rope_access_width(c, g, a));
+  const core::RopePlan plan = core::plan_rope_call(lf, allow_lean, device_sm_count());
 
   return core::dispatch_float_dtype<f16, bf16>(c.q.dtype, kOp, "q", [&](auto tag) -> Status {
     using T = typename decltype(tag)::type;

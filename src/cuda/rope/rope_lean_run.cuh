@@ -1,9 +1,9 @@
 // The lean run: the lean layout (rope_lean_kernels.cuh: thread (x, y) owns pair vector x of head
 // y) over a persistent grid, its tokens interleaved over the blocks, each thread fetching its
 // next tokens' data and cos/sin into its own shared-memory ring while it computes the current
-// one. The per-token work is the caller's (the QK-norm + RoPE lean-run kernel), so its bits are
-// the lean kernel's.
-// (RoPE on this loop measured no faster than its lean kernel: bench/experiments/rope_lean_run.cu.)
+// one. The per-token work is the caller's: the RoPE lean-run kernel below rotates (the lean
+// kernel's arithmetic), the QK-norm + RoPE lean-run kernel normalises and rotates, so each has
+// its lean kernel's bits.
 //
 // Ownership (grid (gx, head groups), block (g, rows), S = core::kRopeLeanRunStages):
 //  - Tokens: block bx owns the tokens bx, bx + G, bx + 2G, ... (G = gridDim.x; interleaved over
@@ -13,16 +13,24 @@
 //    V-vectors of channels, and the pairs' c_i, s_i), as in the lean kernel.
 //  - Ring (ThreadRing, [stage][chunk][thread]): in round j a thread starts the cp.async of its
 //    token j + S - 1's two vectors (L2 only for neox) and cos/sin chunks (through L1: every head
-//    row of the block reads the same rows), then waits for its own copy of token j; it reads and
-//    writes nothing but its own slots, so no barrier is needed. The position of token j + S - 1
-//    was loaded in the previous round, so no round waits for a position before it can fetch.
-// A thread reads a token's two vectors (from the ring) before it writes them, and fetches token
-// t + G only from addresses token t does not write (R = D, one head per row), so in place is safe.
+//    row of the block reads the same rows), then waits for its own copy of token j. Directly
+//    (neox; QK-norm + RoPE gptj, its data through L1) it reads and writes nothing but its own
+//    slots, so no barrier is needed. In the row swizzle (RoPE gptj, LeanRunIo) lane x fetches
+//    the head's chunks x and x + L instead of its own 2x and 2x + 1, and the row's lanes trade
+//    chunks through their slots of the round's stage under warp barriers over the row (before
+//    the trade, before its results go back into the slots, after they are there, and before the
+//    next round refills a stage). The position of token j + S - 1 was loaded in the previous
+//    round, so no round waits for a position before it can fetch.
+// A row reads a token's head (from the ring) before any of its lanes writes it, and fetches
+// token t + G only from addresses token t does not write (R = D, one head per row), so in place
+// is safe.
 #pragma once
 
 #include <cstdint>
 
 #include "core/rope_plan.h"
+#include "cuda/common/launch.h"
+#include "cuda/common/pdl.cuh"
 #include "cuda/common/thread_ring.cuh"
 #include "cuda/rope/rope_args.h"
 #include "cuda/rope/rope_block_tokens.cuh"
@@ -70,34 +78,102 @@ struct LeanRunRing {
                 "the planner's ring size");
 };
 
+/// How a lean-run thread's two vectors reach it and leave it, in round `stage` of its ring.
+/// Direct (kSwizzle false): the lane fetched its own vectors (channels oa, ob) and store writes
+/// them there. Row swizzle (kSwizzle; gptj with 16-bit data, where a lane's two vectors are the
+/// two halves of the same 32-byte sectors): lane x of a row of L lanes fetched the head's 16-byte
+/// chunks x and x + L, so that each copy instruction of the row reads whole sectors; gather
+/// takes the lane's own chunks 2x and 2x + 1 from the row's ring slots, and store puts the
+/// results back into the lane's slots and writes chunks x and x + L (whole sectors again). Warp
+/// barriers over the row's lanes (an aligned group of one warp) order the exchanges.
+template <typename T, typename Ring, bool kSwizzle, int kVecChunks>
+struct LeanRunIo {
+  static constexpr int V = core::kRopeLeanVec;
+  const Ring& rg;
+  int stage;
+  int oa, ob;
+  unsigned mask;  ///< the row's lanes in their warp
+
+  /// Channel offsets of the chunks the lane fetches.
+  __device__ __forceinline__ static int fetch_a(const LeanRunLane& ln) {
+    return kSwizzle ? static_cast<int>(threadIdx.x) * V : ln.oa;
+  }
+  __device__ __forceinline__ static int fetch_b(const LeanRunLane& ln) {
+    return kSwizzle ? static_cast<int>(threadIdx.x + blockDim.x) * V : ln.ob;
+  }
+
+  /// The lane's own two vectors, once its copies of this stage have landed.
+  __device__ __forceinline__ void gather(RopeHeadRegs<T, V>& regs) const {
+    if constexpr (kSwizzle) {
+      const int lanes = static_cast<int>(blockDim.x), x = static_cast<int>(threadIdx.x);
+      const int row0 = static_cast<int>(threadIdx.y) * lanes;
+      __syncwarp(mask);
+      rg.template read_raw_at<T, V>(stage, (2 * x) / lanes, row0 + (2 * x) % lanes, regs.x0);
+      rg.template read_raw_at<T, V>(stage, (2 * x + 1) / lanes, row0 + (2 * x + 1) % lanes,
+                                    regs.x1);
+    } else {
+      rg.template read_raw<T, V>(stage, 0, regs.x0);
+      rg.template read_raw<T, V>(stage, kVecChunks, regs.x1);
+    }
+  }
+
+  /// Stores the lane's results x0, x1 (its vectors at channels oa, ob) into head y.
+  __device__ __forceinline__ void store(T* y, const float (&x0)[V], const float (&x1)[V]) const {
+    if constexpr (kSwizzle) {
+      const int lanes = static_cast<int>(blockDim.x), x = static_cast<int>(threadIdx.x);
+      const int row0 = static_cast<int>(threadIdx.y) * lanes;
+      __syncwarp(mask);  // every lane of the row has gathered from this stage
+      rg.template write_float<T>(stage, 0, x0);
+      rg.template write_float<T>(stage, 1, x1);
+      __syncwarp(mask);
+      RawVec<T, V> ca, cb;  // chunk c now sits in slot c % 2 of lane c / 2
+      rg.template read_raw_at<T, V>(stage, x % 2, row0 + x / 2, ca);
+      rg.template read_raw_at<T, V>(stage, (x + lanes) % 2, row0 + (x + lanes) / 2, cb);
+      store_chunk<T, V>(y + x * V, ca.v);
+      store_chunk<T, V>(y + (x + lanes) * V, cb.v);
+    } else {
+      store_pack<T, V>(y + oa, x0);
+      store_pack<T, V>(y + ob, x1);
+    }
+  }
+};
+
 /// Runs block blockIdx.x's tokens (block_tokens) for the thread of lane ln (lean_run_lane;
 /// ln.hh < Hq + Hk): each round hands token t's data (regs), c_i, s_i of pairs i0 .. i0 + V - 1
-/// (s_i negated for the inverse rotation) and (b, s) to body(t, b, s, regs, c, sn). Spec: the
-/// facts fixed at compile time (rope_lean_spec.h); kDataViaL1: the data's copies go through L1
-/// (gptj: a lane's two vectors are the two halves of one 32-byte sector, which the second copy
-/// then finds in L1). `ring` is the block's dynamic shared memory, LeanRunRing<T, C>::Ring::bytes(
-/// threads) of it.
-template <typename T, typename C, typename Spec, bool kDataViaL1, typename Body>
+/// (s_i negated for the inverse rotation), (b, s) and the round's LeanRunIo (whose store the
+/// body may use for its results) to body(t, b, s, regs, c, sn, io). Spec: the facts fixed at
+/// compile time (rope_lean_spec.h); kDataViaL1: the data's copies go through L1 (gptj: a lane's
+/// two vectors are the two halves of one 32-byte sector, which the second copy then finds in
+/// L1); kSwizzle: LeanRunIo's row swizzle (gptj, 16-bit data; the body must store through io).
+/// `ring` is the block's dynamic shared memory, LeanRunRing<T, C>::Ring::bytes(threads) of it.
+template <typename T, typename C, typename Spec, bool kDataViaL1, bool kSwizzle = false,
+          typename Body>
 __device__ __forceinline__ void rope_lean_run(const RopeKernelArgs& a, uint4* ring,
                                               const LeanRunLane& ln, Body&& body) {
   using R = LeanRunRing<T, C>;
+  using Io = LeanRunIo<T, typename R::Ring, kSwizzle, R::kVecChunks>;
   constexpr int V = R::V;
   constexpr int S = core::kRopeLeanRunStages;
   constexpr int kCos = 2 * R::kVecChunks, kSin = kCos + R::kCsChunks;
   constexpr int kVecBytes = 16 * R::kVecChunks, kCsBytes = 16 * R::kCsChunks;
+  static_assert(!kSwizzle || R::kVecChunks == 1, "the row swizzle moves one chunk per vector");
   const int threads = static_cast<int>(blockDim.x * blockDim.y);
   const typename R::Ring rg{ring, static_cast<int>(threadIdx.y * blockDim.x + threadIdx.x),
                             threads};
+  const int lane = static_cast<int>(threadIdx.y * blockDim.x + threadIdx.x) & 31;
+  const unsigned mask =
+      blockDim.x >= 32 ? 0xffffffffu : ((1u << blockDim.x) - 1u) << (lane & ~(blockDim.x - 1));
   const RopeOperand& in = ln.is_q ? a.q : a.k;
   const TokenStep st = block_token_step(a);
   // Token cursors: the one computed (round j), the one fetched (round j + S - 1).
   TokenCursor cur = first_block_token(a);
   if (!cur.valid(a)) return;
   TokenCursor fet = cur;
+  const int fa = Io::fetch_a(ln), fb = Io::fetch_b(ln);
   auto fetch = [&](int stage, int64_t p) {
     const T* x = rope_head_ptr<T>(in, fet.b, fet.s, ln.head);
-    rg.template fetch<kVecBytes, kDataViaL1>(stage, 0, x + ln.oa);
-    rg.template fetch<kVecBytes, kDataViaL1>(stage, R::kVecChunks, x + ln.ob);
+    rg.template fetch<kVecBytes, kDataViaL1>(stage, 0, x + fa);
+    rg.template fetch<kVecBytes, kDataViaL1>(stage, R::kVecChunks, x + fb);
     int64_t co, so;
     rope_lean_cos_sin_rows<Spec>(a, p, fet.b, fet.s, co, so);
     rg.template fetch<kCsBytes, true>(stage, kCos, static_cast<const C*>(a.cos) + co + ln.i0);
@@ -114,22 +190,68 @@ __device__ __forceinline__ void rope_lean_run(const RopeKernelArgs& a, uint4* ri
   int stage = 0;
   while (cur.valid(a)) {
     const int ahead = stage == 0 ? S - 1 : stage - 1;  // (stage + S - 1) % S
+    // Row swizzle: the row's lanes are done with the stage about to be refilled.
+    if constexpr (kSwizzle) __syncwarp(mask);
     if (fet.valid(a)) fetch(ahead, p_ahead);
     cp_async_commit();
     fet.next(st, a.seq);
     if (fet.valid(a)) p_ahead = rope_lean_position<Spec>(a, fet.b, fet.s);
     cp_async_wait<S - 1>();
+    const Io io{rg, stage, ln.oa, ln.ob, mask};
     RopeHeadRegs<T, V> regs;
-    rg.template read_raw<T, V>(stage, 0, regs.x0);
-    rg.template read_raw<T, V>(stage, R::kVecChunks, regs.x1);
+    io.gather(regs);
     float c[V], sn[V];
     rg.template read_float<C, V>(stage, kCos, c);
     rg.template read_float<C, V>(stage, kSin, sn);
     rope_apply_direction<V>(a, sn);
-    body(cur.t(a), cur.b, cur.s, regs, c, sn);
+    body(cur.t(a), cur.b, cur.s, regs, c, sn, io);
     cur.next(st, a.seq);
     stage = stage == S - 1 ? 0 : stage + 1;
   }
+}
+
+/// Lean-run RoPE (forward or inverse, a.inverse) of style kGptj with cos/sin tables of dtype C
+/// and the facts Spec fixes: rope_lean_run with the lean kernel's rotation per token
+/// (rope_rotate_regs, one rounding per output), so the lean kernel's bits; launched as
+/// core::plan_rope_lean_run plans it (ring: RopePlan::smem_bytes) for calls core::rope_lean_run
+/// accepts. kSwizzle and kDataViaL1 as rope_lean_run's (the launcher takes the defaults: gptj
+/// through the row swizzle).
+template <typename T, typename C, bool kGptj, typename Spec, bool kSwizzle = kGptj,
+          bool kDataViaL1 = kGptj && !kSwizzle>
+__global__ void __launch_bounds__(core::kRopeLeanRunThreads, core::kRopeLeanRunMinBlocks)
+    rope_lean_run_kernel(const RopeKernelArgs a) {
+  constexpr int V = core::kRopeLeanVec;
+  extern __shared__ uint4 rope_lean_run_ring[];
+  const LeanRunLane ln = lean_run_lane<kGptj>(a, a.half);
+  if (ln.hh >= a.hq + a.hk) return;
+  const int head = ln.head;
+  const RopeOperand& out = ln.is_q ? a.q_out : a.k_out;
+  griddep_wait();
+  rope_lean_run<T, C, Spec, kDataViaL1, kSwizzle>(
+      a, rope_lean_run_ring, ln,
+      [&](int64_t, int64_t b, int64_t s, const RopeHeadRegs<T, V>& regs, const float(&c)[V],
+          const float(&sn)[V], const auto& io) {
+        float x0[V], x1[V];
+        widen<T, V>(regs.x0, x0);
+        widen<T, V>(regs.x1, x1);
+        rope_rotate_regs<V, kGptj>(x0, x1, c, sn);
+        io.store(const_cast<T*>(rope_head_ptr<T>(out, b, s, head)), x0, x1);
+      });
+}
+
+/// Launches a lean-run kernel (RoPE or QK-norm + RoPE) on plan's grid and block with its ring's
+/// dynamic shared memory (plan.smem_bytes, allowed first) and args; the CUDA error, if any.
+template <typename Kernel, typename Args>
+cudaError_t launch_lean_run(Kernel kernel, const core::RopePlan& plan, cudaStream_t stream,
+                            const Args& args) {
+  const auto smem = static_cast<size_t>(plan.smem_bytes);
+  auto err =
+      static_cast<cudaError_t>(allow_dynamic_smem(reinterpret_cast<const void*>(kernel), smem));
+  if (err == cudaSuccess) {
+    err = launch_with_pdl(kernel, rope_launch_grid(plan), rope_launch_block(plan), smem, stream,
+                          args);
+  }
+  return err;
 }
 
 }  // namespace ropenorm::cuda

@@ -9,9 +9,9 @@
 
 namespace ropenorm::cuda {
 
-/// Validates `call` (nothing written on failure), plans it (the lean kernel, core::rope_lean
-/// under core::rope_lean_max_tokens, only when allow_lean; else core::plan_rope) and launches it
-/// on `stream`.
+/// Validates `call` (nothing written on failure), plans it (core::plan_rope_call: the lean run
+/// or the lean kernel only when allow_lean, else the general kernel) and launches it on
+/// `stream`.
 Status run_rope(const core::RopeCall& call, bool allow_lean, Stream stream);
 
 }  // namespace ropenorm::cuda

@@ -5,7 +5,8 @@
 // template argument, so each dtype has, per vector width (16 / sizeof(T), ..., 2, 1) and style,
 // the looping kernel and the single-round kernel at two register budgets (plan.long_run), and
 // for 16-bit types the lean kernel per style and cos/sin table dtype (plan.lean), for cos/sin
-// rows indexed by position (LeanRows) and for gathered ones (LeanAny).
+// rows indexed by position (LeanRows) and for gathered ones (LeanAny), and the lean-run kernel
+// per style and table dtype for rows indexed by position (plan.lean_run, LeanRows).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -17,6 +18,7 @@
 #include "cuda/common/pdl.cuh"
 #include "cuda/rope/rope_kernels.cuh"
 #include "cuda/rope/rope_lean_kernels.cuh"
+#include "cuda/rope/rope_lean_run.cuh"
 #include "cuda/rope/rope_typed.h"
 #include "ropenorm/status.h"
 
@@ -49,7 +51,22 @@ Status launch_rope_typed(const RopeKernelArgs& a, const core::RopePlan& plan, cu
   constexpr int kVec = 16 / static_cast<int>(sizeof(T));
   constexpr int kHalfVec = kVec > 4 ? 4 : 1;  // 16-bit types: 8, 4, 2, 1; f32: 4, 2, 1
   cudaError_t err = cudaSuccess;
-  if (plan.lean) {
+  if (plan.lean_run) {
+    if constexpr (sizeof(T) == 2) {
+      const Status picked = core::dispatch_float_dtype<f16, bf16>(
+          a.cs_dtype, "rope", "cos/sin", [&](auto tag) -> Status {
+            using C = typename decltype(tag)::type;
+            err =
+                a.gptj
+                    ? launch_lean_run(rope_lean_run_kernel<T, C, true, LeanRows>, plan, stream, a)
+                    : launch_lean_run(rope_lean_run_kernel<T, C, false, LeanRows>, plan, stream, a);
+            return Status::Ok();
+          });
+      if (!picked.ok()) return picked;
+    } else {
+      return Status(StatusCode::kUnsupported, "rope: no lean-run kernel for 32-bit q/k");
+    }
+  } else if (plan.lean) {
     if constexpr (sizeof(T) == 2) {
       ROPENORM_TRY(launch_rope_lean(
           "rope", a.cs_dtype, a.gptj, plan, stream, a, &err, [&](auto c, auto gptj) {
