@@ -148,11 +148,12 @@ constexpr int64_t rope_lean_run_ring_bytes(int elem_size, int cs_elem_size, int6
 /// block (h / kRopeLeanVec, Hq + Hk, 1), vec kRopeLeanVec, single and lean set.
 RopePlan plan_rope_lean(const RopeLeanFacts& f);
 
-/// The lean-run launch of a call rope_lean_shape accepts, with blocks of at most max_threads
-/// threads and min_blocks of them per multiprocessor: plan_rope_lean's block x (h /
-/// kRopeLeanVec lanes); the Hq + Hk heads split into the fewest head groups (head_groups) of
-/// `by` rows that keep a block within max_threads; per multiprocessor as many blocks (counted in
-/// whole warps) as fill min_blocks x max_threads threads; grid min(T, per_sm x sm_count / groups)
+/// The lean-run launch of a call rope_lean_shape accepts whose lanes (h / kRopeLeanVec) are a
+/// power of two up to 32 (the kernels' row barriers; the rules take 8 or 16), with blocks of at
+/// most max_threads threads and min_blocks of them per multiprocessor: plan_rope_lean's block x
+/// (the lanes); the Hq + Hk heads split into the fewest head groups (head_groups) of `by` rows
+/// that keep a block within max_threads; per multiprocessor as many blocks (counted in whole
+/// warps) as fill min_blocks x max_threads threads; grid min(T, per_sm x sm_count / groups)
 /// (unknown_grid / groups when sm_count <= 0; at least 1); smem_bytes the ring's
 /// (rope_lean_run_ring_bytes). vec kRopeLeanVec, lean_run set (not lean).
 RopePlan plan_rope_lean_run(const RopeLeanFacts& f, int max_threads, int min_blocks, int sm_count,
@@ -165,7 +166,8 @@ constexpr int64_t kRopeLeanRunMinTokens = 4096;
 /// multiprocessor is filled with (smaller blocks: as many as fill the same threads).
 constexpr int kRopeLeanRunThreads = 320;
 constexpr int kRopeLeanRunMinBlocks = 2;
-/// The RoPE lean-run grid when the multiprocessor count is unknown.
+/// The RoPE lean-run blocks, over all head groups, when the multiprocessor count is unknown
+/// (sm_count <= 0; the launchers pass the device's, which is always known).
 constexpr int64_t kRopeLeanRunMaxGrid = 4096;
 
 /// The RoPE launcher's lean run serves the call: rope_lean_shape, cos/sin rows indexed by

@@ -298,8 +298,8 @@ RopeOutcome run_case(const RopeCase& c, const RopeInputs& in) {
   params.inverse = c.inverse;
   params.check_positions = c.check_positions;
 
-  out.status =
-      cuda::run_rope(core::RopeCall{q, k, q_out, k_out, pos, cs, params}, c.allow_lean, Stream{});
+  out.status = cuda::run_rope(core::RopeCall{q, k, q_out, k_out, pos, cs, params}, c.allow_lean,
+                              Stream{}, &out.plan);
   if (out.status.ok()) out.status = sync_device();
   if (!out.status.ok()) {
     // Nothing may have been written: every output buffer must still hold its initial bytes.

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/rope_plan.h"
 #include "reference/host_tensor.h"
 #include "reference/tolerance.h"
 #include "ropenorm/rope.h"
@@ -84,6 +85,7 @@ struct RopeOutcome {
   int64_t pad_written = 0;    ///< output-buffer bytes outside the views that changed
   int64_t input_changed = 0;  ///< input bytes changed (out of place only)
   HostTensor q_out, k_out;    ///< logical, like the inputs
+  core::RopePlan plan;        ///< the launch cuda::run_rope planned (when the call got that far)
   bool passed = false;
   std::string summary;
 };

@@ -407,8 +407,10 @@ TEST(GpuRope, LeanKernelMatchesGeneralKernel) {
 // through the row swizzle) gives the general kernel's bits: both styles, both directions, f16
 // and bf16 data, the cache and the [P, R] table in every dtype, every explicit and implicit
 // position kind, one sequence and B x S (sequences ending inside a block's stride), two head
-// groups (D 256, 32 + 8 heads), 8 and 16 lanes a row in both styles, small blocks several to a
-// multiprocessor, k absent, in and out of place. Each case is first checked against the oracle.
+// groups (D 256, 32 + 8 heads; D 128, 41 heads with an idle row and a partial last warp), 8 and
+// 16 lanes a row in both styles, small blocks several to a multiprocessor, k absent, in and out
+// of place. Each case is first checked against the oracle, and the plan the launcher reports is
+// the lean run (the general kernel with the lean ones disallowed).
 TEST(GpuRope, LeanRunMatchesGeneralKernel) {
   ROPENORM_REQUIRE_GPU();
   struct Variant {
@@ -435,6 +437,12 @@ TEST(GpuRope, LeanRunMatchesGeneralKernel) {
        0, n, RopePosKind::kArange, false},
       {DType::kFloat16, RopeStyle::kGptj, false, CosSinKind::kCache, DType::kBFloat16, 32, 8, 256,
        2, 2101, RopePosKind::kI32, true},
+      // 41 heads: two groups of 21 rows (168 threads, a partial last warp), one row idle.
+      {DType::kBFloat16, RopeStyle::kGptj, false, CosSinKind::kHfCosSin, DType::kFloat16, 33, 8,
+       128, 0, n + 1, RopePosKind::kI64, false},
+      // 9 + 1 heads: 80-thread blocks, the last warp half full.
+      {DType::kFloat16, RopeStyle::kGptj, true, CosSinKind::kCache, DType::kFloat32, 9, 1, 128, 3,
+       1400, RopePosKind::kArangeSeqOffs, true},
   };
   uint64_t seed = 1200;
   for (const Variant& v : variants) {
@@ -455,23 +463,15 @@ TEST(GpuRope, LeanRunMatchesGeneralKernel) {
     c.layout = v.hk > 0 ? RopeLayout::kPackedQkv : RopeLayout::kSeparate;
     c.in_place = v.in_place;
     c.seed = seed++;
-    core::RopeLeanFacts f;
-    f.elem_size = 2;
-    f.vec = core::kRopeLeanVec;
-    f.cos_sin_loaded = true;
-    f.cos_sin_rows = true;
-    f.tokens = c.tokens();
-    f.heads = v.hq + v.hk;
-    f.half = v.head_dim / 2;
-    f.head_dim = v.head_dim;
-    ASSERT_TRUE(core::rope_lean_run(f)) << "case " << c.seed << " must take the lean run";
     const auto in = verify::make_inputs(c);
     const auto a = verify::run_case(c, in);
     ASSERT_TRUE(a.passed) << a.summary;
+    ASSERT_TRUE(a.plan.lean_run) << "the lean run was not planned: " << a.summary;
     RopeCase general = c;
     general.allow_lean = false;
     const auto b = verify::run_case(general, in);
     ASSERT_TRUE(b.passed) << b.summary;
+    ASSERT_FALSE(b.plan.lean_run || b.plan.lean) << b.summary;
     ASSERT_EQ(a.q_out.bytes, b.q_out.bytes) << a.summary;
     ASSERT_EQ(a.k_out.bytes, b.k_out.bytes) << a.summary;
   }

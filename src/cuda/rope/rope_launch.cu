@@ -28,7 +28,7 @@ constexpr const char* kOp = "rope";
 
 namespace cuda {
 
-Status run_rope(const core::RopeCall& c, bool allow_lean, Stream stream) {
+Status run_rope(const core::RopeCall& c, bool allow_lean, Stream stream, core::RopePlan* planned) {
   core::RopeGeometry g;
   ROPENORM_TRY(core::validate_rope(c, -1, &g));
   int device = 0;
@@ -45,6 +45,7 @@ Status run_rope(const core::RopeCall& c, bool allow_lean, Stream stream) {
 
   const core::RopeLeanFacts lf = rope_lean_facts(c, g, rope_access_width(c, g, a));
   const core::RopePlan plan = core::plan_rope_call(lf, allow_lean, device_sm_count());
+  if (planned != nullptr) *planned = plan;
 
   return core::dispatch_float_dtype<f16, bf16>(c.q.dtype, kOp, "q", [&](auto tag) -> Status {
     using T = typename decltype(tag)::type;

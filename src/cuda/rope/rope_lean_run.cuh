@@ -12,15 +12,16 @@
 //    heads first, then k; rows past Hq + Hk exit at once), lane x its pair vector x (two
 //    V-vectors of channels, and the pairs' c_i, s_i), as in the lean kernel.
 //  - Ring (ThreadRing, [stage][chunk][thread]): in round j a thread starts the cp.async of its
-//    token j + S - 1's two vectors (L2 only for neox) and cos/sin chunks (through L1: every head
-//    row of the block reads the same rows), then waits for its own copy of token j. Directly
-//    (neox; QK-norm + RoPE gptj, its data through L1) it reads and writes nothing but its own
-//    slots, so no barrier is needed. In the row swizzle (RoPE gptj, LeanRunIo) lane x fetches
-//    the head's chunks x and x + L instead of its own 2x and 2x + 1, and the row's lanes trade
-//    chunks through their slots of the round's stage under warp barriers over the row (before
-//    the trade, before its results go back into the slots, after they are there, and before the
-//    next round refills a stage). The position of token j + S - 1 was loaded in the previous
-//    round, so no round waits for a position before it can fetch.
+//    token j + S - 1's two vectors (through L1 only for QK-norm + RoPE gptj, L2 only otherwise)
+//    and cos/sin chunks (through L1: every head row of the block reads the same rows), then
+//    waits for its own copy of token j. Directly (neox; QK-norm + RoPE gptj, its data through
+//    L1) it reads and writes nothing but its own slots, so no barrier is needed. In the row
+//    swizzle (RoPE gptj, LeanRunIo) lane x fetches the head's chunks x and x + L instead of its
+//    own 2x and 2x + 1, and the row's lanes trade chunks through their slots of the round's
+//    stage under warp barriers over the row (before the trade, before its results go back into
+//    the slots, after they are there, and before the next round refills a stage). The position
+//    of token j + S - 1 was loaded in the previous round, so no round waits for a position
+//    before it can fetch.
 // A row reads a token's head (from the ring) before any of its lanes writes it, and fetches
 // token t + G only from addresses token t does not write (R = D, one head per row), so in place
 // is safe.

@@ -3,6 +3,7 @@
 // two kernels' bits (every kernel gives the same bits for a token).
 #pragma once
 
+#include "core/rope_plan.h"
 #include "core/rope_validate.h"
 #include "ropenorm/status.h"
 #include "ropenorm/stream.h"
@@ -11,7 +12,8 @@ namespace ropenorm::cuda {
 
 /// Validates `call` (nothing written on failure), plans it (core::plan_rope_call: the lean run
 /// or the lean kernel only when allow_lean, else the general kernel) and launches it on
-/// `stream`.
-Status run_rope(const core::RopeCall& call, bool allow_lean, Stream stream);
+/// `stream`; `planned`, when given, receives the plan launched (tests check which kernel ran).
+Status run_rope(const core::RopeCall& call, bool allow_lean, Stream stream,
+                core::RopePlan* planned = nullptr);
 
 }  // namespace ropenorm::cuda
