@@ -135,11 +135,11 @@ int main() {
         names.push_back("run " + std::to_string(per) + "x320/SM");
         const auto kernel = gptj ? rope_lean_run_kernel<bf16, float, true, LeanRows>
                                  : rope_lean_run_kernel<bf16, float, false, LeanRows>;
-        vs.push_back([&, kernel, run] { CK(launch_lean_run(kernel, run, nullptr, ra)); });
+        vs.push_back([&, kernel, run] { CK(launch_lean_layout(kernel, run, nullptr, ra)); });
         if (gptj && per == 2) {  // gptj without the row swizzle: each lane's own chunks, via L1
           names.push_back("run 2x320/SM unswizzled via L1");
           const auto direct = rope_lean_run_kernel<bf16, float, true, LeanRows, false>;
-          vs.push_back([&, direct, run] { CK(launch_lean_run(direct, run, nullptr, ra)); });
+          vs.push_back([&, direct, run] { CK(launch_lean_layout(direct, run, nullptr, ra)); });
         }
       }
       const size_t nq = t * kHq * cf.d, nk = t * kHk * cf.d;

@@ -36,6 +36,23 @@ verify::RopeOutcome expect_pass(const RopeCase& c) {
   return out;
 }
 
+// Runs c against the oracle, then the same inputs on the general kernel (the lean kernels
+// disallowed; the launcher's reported plan must say so, and that run passes the oracle too), and
+// expects the two outputs bit for bit equal. *planned: the first run's plan.
+void expect_general_kernel_bits(const RopeCase& c, core::RopePlan* planned) {
+  const auto in = verify::make_inputs(c);
+  const auto a = verify::run_case(c, in);
+  ASSERT_TRUE(a.passed) << a.summary;
+  *planned = a.plan;
+  RopeCase general = c;
+  general.allow_lean = false;
+  const auto b = verify::run_case(general, in);
+  ASSERT_TRUE(b.passed) << b.summary;
+  ASSERT_FALSE(b.plan.lean_run || b.plan.lean) << b.summary;
+  ASSERT_EQ(a.q_out.bytes, b.q_out.bytes) << a.summary;
+  ASSERT_EQ(a.k_out.bytes, b.k_out.bytes) << a.summary;
+}
+
 const DType kFloatTypes[] = {DType::kFloat32, DType::kFloat16, DType::kBFloat16};
 const CosSinKind kSources[] = {CosSinKind::kCache, CosSinKind::kHfCosSin,
                                CosSinKind::kHfCosSinGathered, CosSinKind::kInvFreq};
@@ -348,11 +365,13 @@ TEST(GpuRope, LongRuns) {
   expect_pass(g);
 }
 
-// The lean kernel (what the planner picks for these calls: every run length for cos/sin rows
-// indexed by position, blocks of at most kRopeLeanLongRunThreads threads; up to
-// kRopeLeanMaxTokens tokens for gathered rows) gives the general kernel's bits (the same call
-// with the lean kernel disallowed): both styles, both directions, f16 and bf16 data, every
-// table source and table dtype, D 64 / 128 / 256, one sequence and B x S, in and out of place.
+// The lean kernel (what the planner picks for these calls, as the launcher's reported plan
+// shows: for cos/sin rows indexed by position and blocks of at most kRopeLeanLongRunThreads
+// threads every run length the lean run does not take, so up to kRopeLeanRunMinTokens - 1 tokens
+// at D 128 / 256 and every run at D 64; up to kRopeLeanMaxTokens tokens for gathered rows) gives
+// the general kernel's bits (the same call with the lean kernel disallowed): both styles, both
+// directions, f16 and bf16 data, every table source and table dtype, D 64 / 128 / 256, one
+// sequence and B x S, in and out of place.
 TEST(GpuRope, LeanKernelMatchesGeneralKernel) {
   ROPENORM_REQUIRE_GPU();
   struct Variant {
@@ -365,7 +384,7 @@ TEST(GpuRope, LeanKernelMatchesGeneralKernel) {
   };
   const Variant variants[] = {
       {DType::kBFloat16, RopeStyle::kNeox, false, CosSinKind::kCache, DType::kFloat32, 32, 8, 128,
-       0, 4099},
+       0, core::kRopeLeanRunMinTokens - 1},
       {DType::kFloat16, RopeStyle::kGptj, true, CosSinKind::kHfCosSin, DType::kBFloat16, 32, 8, 64,
        3, 700},
       {DType::kBFloat16, RopeStyle::kGptj, false, CosSinKind::kCache, DType::kFloat16, 16, 8, 256,
@@ -390,15 +409,9 @@ TEST(GpuRope, LeanKernelMatchesGeneralKernel) {
     c.layout = RopeLayout::kPackedQkv;
     c.in_place = seed % 2 == 1;
     c.seed = seed++;
-    const auto in = verify::make_inputs(c);
-    const auto a = verify::run_case(c, in);
-    ASSERT_TRUE(a.passed) << a.summary;
-    RopeCase general = c;
-    general.allow_lean = false;
-    const auto b = verify::run_case(general, in);
-    ASSERT_TRUE(b.passed) << b.summary;
-    ASSERT_EQ(a.q_out.bytes, b.q_out.bytes) << a.summary;
-    ASSERT_EQ(a.k_out.bytes, b.k_out.bytes) << a.summary;
+    core::RopePlan planned;
+    ASSERT_NO_FATAL_FAILURE(expect_general_kernel_bits(c, &planned));
+    ASSERT_TRUE(planned.lean) << verify::describe(c);
   }
 }
 
@@ -463,17 +476,9 @@ TEST(GpuRope, LeanRunMatchesGeneralKernel) {
     c.layout = v.hk > 0 ? RopeLayout::kPackedQkv : RopeLayout::kSeparate;
     c.in_place = v.in_place;
     c.seed = seed++;
-    const auto in = verify::make_inputs(c);
-    const auto a = verify::run_case(c, in);
-    ASSERT_TRUE(a.passed) << a.summary;
-    ASSERT_TRUE(a.plan.lean_run) << "the lean run was not planned: " << a.summary;
-    RopeCase general = c;
-    general.allow_lean = false;
-    const auto b = verify::run_case(general, in);
-    ASSERT_TRUE(b.passed) << b.summary;
-    ASSERT_FALSE(b.plan.lean_run || b.plan.lean) << b.summary;
-    ASSERT_EQ(a.q_out.bytes, b.q_out.bytes) << a.summary;
-    ASSERT_EQ(a.k_out.bytes, b.k_out.bytes) << a.summary;
+    core::RopePlan planned;
+    ASSERT_NO_FATAL_FAILURE(expect_general_kernel_bits(c, &planned));
+    ASSERT_TRUE(planned.lean_run) << "the lean run was not planned: " << verify::describe(c);
   }
 }
 

@@ -35,23 +35,18 @@ Status launch_qk_norm_rope_typed(const QkNormRopeArgs& a, const core::QkNormRope
       const bool rows_i64 = core::qk_lean_run_instance(rope_rows_by_position(a.rope),
                                                        rope_explicit_position_bits(a.rope)) ==
                             core::QkLeanRunInstance::kLanesRowsI64;
-      const Status picked = core::dispatch_float_dtype<f16, bf16>(
-          a.rope.cs_dtype, "qk_norm_rope", "cos/sin", [&](auto tag) -> Status {
-            using C = typename decltype(tag)::type;
-            auto pick = [&](auto gptj) {
-              constexpr bool G = decltype(gptj)::value;
-              if (rows_i64) {
-                return plan.rope.bx == 8 ? qk_norm_rope_lean_run_kernel<T, C, G, LeanRowsI64<8>>
-                                         : qk_norm_rope_lean_run_kernel<T, C, G, LeanRowsI64<16>>;
-              }
-              return plan.rope.bx == 8 ? qk_norm_rope_lean_run_kernel<T, C, G, LeanLanes<8>>
-                                       : qk_norm_rope_lean_run_kernel<T, C, G, LeanLanes<16>>;
-            };
-            const auto kernel = a.rope.gptj ? pick(std::true_type{}) : pick(std::false_type{});
-            err = launch_lean_run(kernel, plan.rope, stream, a);
-            return Status::Ok();
-          });
-      if (!picked.ok()) return picked;
+      ROPENORM_TRY(launch_rope_lean(
+          "qk_norm_rope", a.rope.cs_dtype, a.rope.gptj, plan.rope, stream, a, &err,
+          [&](auto c, auto gptj) {
+            using C = typename decltype(c)::type;
+            constexpr bool G = decltype(gptj)::value;
+            if (rows_i64) {
+              return plan.rope.bx == 8 ? qk_norm_rope_lean_run_kernel<T, C, G, LeanRowsI64<8>>
+                                       : qk_norm_rope_lean_run_kernel<T, C, G, LeanRowsI64<16>>;
+            }
+            return plan.rope.bx == 8 ? qk_norm_rope_lean_run_kernel<T, C, G, LeanLanes<8>>
+                                     : qk_norm_rope_lean_run_kernel<T, C, G, LeanLanes<16>>;
+          }));
     } else {
       return Status(StatusCode::kUnsupported, "qk_norm_rope: no lean-run kernel for 32-bit q/k");
     }

@@ -27,6 +27,7 @@
 #include "core/dispatch.h"
 #include "core/rope_plan.h"
 #include "cuda/common/dtype.cuh"
+#include "cuda/common/launch.h"
 #include "cuda/common/pdl.cuh"
 #include "cuda/rope/rope_args.h"
 #include "cuda/rope/rope_kernels.cuh"
@@ -122,17 +123,35 @@ __global__ void __launch_bounds__(Spec::kMaxThreads) rope_lean_kernel(const Rope
                                                   it.sn);
 }
 
-/// Launches the lean instantiation pick(TypeTag<C>{}, std::bool_constant<kGptj>{}) returns for
-/// the call's cos/sin table dtype C (cs_dtype) and style (gptj) on the lean plan's grid and
-/// block, with args; shared by the RoPE and QK-norm + RoPE launchers. The launch error goes to
-/// *err; a table dtype without a kernel is the returned error, naming op.
+/// Launches a kernel of the lean layout (a lean plan, or a lean run: core::RopePlan::lean_run) on
+/// plan's grid and block with args, and a lean run's ring in plan.smem_bytes of dynamic shared
+/// memory (allowed first); the CUDA error, if any.
+template <typename Kernel, typename Args>
+cudaError_t launch_lean_layout(Kernel kernel, const core::RopePlan& plan, cudaStream_t stream,
+                               const Args& args) {
+  const auto smem = static_cast<size_t>(plan.smem_bytes);
+  cudaError_t err = cudaSuccess;
+  if (smem > 0) {
+    err = static_cast<cudaError_t>(allow_dynamic_smem(reinterpret_cast<const void*>(kernel), smem));
+  }
+  if (err == cudaSuccess) {
+    err = launch_with_pdl(kernel, rope_launch_grid(plan), rope_launch_block(plan), smem, stream,
+                          args);
+  }
+  return err;
+}
+
+/// Launches the lean-layout instantiation pick(TypeTag<C>{}, std::bool_constant<kGptj>{})
+/// returns for the call's cos/sin table dtype C (cs_dtype) and style (gptj) as
+/// launch_lean_layout does, with args; shared by the RoPE and QK-norm + RoPE launchers (lean and
+/// lean-run plans). The launch error goes to *err; a table dtype without a kernel is the
+/// returned error, naming op.
 template <typename Args, typename Pick>
 Status launch_rope_lean(const char* op, DType cs_dtype, bool gptj, const core::RopePlan& plan,
                         cudaStream_t stream, const Args& args, cudaError_t* err, Pick&& pick) {
   return core::dispatch_float_dtype<f16, bf16>(cs_dtype, op, "cos/sin", [&](auto tag) -> Status {
     const auto kernel = gptj ? pick(tag, std::true_type{}) : pick(tag, std::false_type{});
-    *err =
-        launch_with_pdl(kernel, rope_launch_grid(plan), rope_launch_block(plan), 0, stream, args);
+    *err = launch_lean_layout(kernel, plan, stream, args);
     return Status::Ok();
   });
 }

@@ -30,7 +30,6 @@
 #include <cstdint>
 
 #include "core/rope_plan.h"
-#include "cuda/common/launch.h"
 #include "cuda/common/pdl.cuh"
 #include "cuda/common/thread_ring.cuh"
 #include "cuda/rope/rope_args.h"
@@ -238,21 +237,6 @@ __global__ void __launch_bounds__(core::kRopeLeanRunThreads, core::kRopeLeanRunM
         rope_rotate_regs<V, kGptj>(x0, x1, c, sn);
         io.store(const_cast<T*>(rope_head_ptr<T>(out, b, s, head)), x0, x1);
       });
-}
-
-/// Launches a lean-run kernel (RoPE or QK-norm + RoPE) on plan's grid and block with its ring's
-/// dynamic shared memory (plan.smem_bytes, allowed first) and args; the CUDA error, if any.
-template <typename Kernel, typename Args>
-cudaError_t launch_lean_run(Kernel kernel, const core::RopePlan& plan, cudaStream_t stream,
-                            const Args& args) {
-  const auto smem = static_cast<size_t>(plan.smem_bytes);
-  auto err =
-      static_cast<cudaError_t>(allow_dynamic_smem(reinterpret_cast<const void*>(kernel), smem));
-  if (err == cudaSuccess) {
-    err = launch_with_pdl(kernel, rope_launch_grid(plan), rope_launch_block(plan), smem, stream,
-                          args);
-  }
-  return err;
 }
 
 }  // namespace ropenorm::cuda

@@ -51,27 +51,13 @@ Status launch_rope_typed(const RopeKernelArgs& a, const core::RopePlan& plan, cu
   constexpr int kVec = 16 / static_cast<int>(sizeof(T));
   constexpr int kHalfVec = kVec > 4 ? 4 : 1;  // 16-bit types: 8, 4, 2, 1; f32: 4, 2, 1
   cudaError_t err = cudaSuccess;
-  if (plan.lean_run) {
-    if constexpr (sizeof(T) == 2) {
-      const Status picked = core::dispatch_float_dtype<f16, bf16>(
-          a.cs_dtype, "rope", "cos/sin", [&](auto tag) -> Status {
-            using C = typename decltype(tag)::type;
-            err =
-                a.gptj
-                    ? launch_lean_run(rope_lean_run_kernel<T, C, true, LeanRows>, plan, stream, a)
-                    : launch_lean_run(rope_lean_run_kernel<T, C, false, LeanRows>, plan, stream, a);
-            return Status::Ok();
-          });
-      if (!picked.ok()) return picked;
-    } else {
-      return Status(StatusCode::kUnsupported, "rope: no lean-run kernel for 32-bit q/k");
-    }
-  } else if (plan.lean) {
+  if (plan.lean || plan.lean_run) {
     if constexpr (sizeof(T) == 2) {
       ROPENORM_TRY(launch_rope_lean(
           "rope", a.cs_dtype, a.gptj, plan, stream, a, &err, [&](auto c, auto gptj) {
             using C = typename decltype(c)::type;
             constexpr bool G = decltype(gptj)::value;
+            if (plan.lean_run) return rope_lean_run_kernel<T, C, G, LeanRows>;
             return rope_rows_by_position(a) ? rope_lean_kernel<T, C, G, LeanRows>
                                             : rope_lean_kernel<T, C, G, LeanAny>;
           }));
