@@ -1,7 +1,11 @@
 // Helpers shared by the ops' benchmark rows (see bench_common.h).
 #include "bench_common.h"
 
+#include <string>
+#include <utility>
+
 #include "core/checks.h"
+#include "verify/device_buffer.h"
 
 namespace ropenorm::bench {
 
@@ -20,6 +24,32 @@ Status time_launch(const BenchOptions& o, bool graph, const Launch& launch, Resu
   row->samples = t.samples;
   row->gbps = t.median_us > 0 ? static_cast<double>(row->bytes) / (t.median_us * 1e3) : 0;
   row->pct_of_copy = o.copy_gbps > 0 ? 100.0 * row->gbps / o.copy_gbps : 0;
+  return copy_floor_us(o, graph, row->bytes, &row->copy_floor_us);
+}
+
+Status copy_floor_us(const BenchOptions& o, bool graph, int64_t bytes, double* us) {
+  const auto key = std::make_pair(graph, bytes);
+  const auto it = o.copy_floors.find(key);
+  if (it != o.copy_floors.end()) {
+    *us = it->second;
+    return Status::Ok();
+  }
+  const size_t half = static_cast<size_t>(bytes) / 2 / 16 * 16;
+  verify::DeviceBuffer src(half), dst(half);
+  src.poison();
+  const Launch copy = [&](cudaStream_t s) -> Status {
+    const cudaError_t e = cudaMemcpyAsync(dst.get(), src.get(), half, cudaMemcpyDeviceToDevice, s);
+    if (e == cudaSuccess) return Status::Ok();
+    return Status(StatusCode::kDeviceError, std::string("copy floor: ") + cudaGetErrorString(e));
+  };
+  TimingStats t;
+  if (graph) {
+    ROPENORM_TRY(time_graph(copy, o.graph_launches, o.graph_reps, o.stream, &t));
+  } else {
+    ROPENORM_TRY(time_cold_l2(copy, o.cold_reps, o.stream, &t));
+  }
+  o.copy_floors[key] = t.median_us;
+  *us = t.median_us;
   return Status::Ok();
 }
 

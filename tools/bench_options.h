@@ -4,6 +4,8 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <map>
+#include <utility>
 #include <vector>
 
 namespace ropenorm::bench {
@@ -23,6 +25,8 @@ struct BenchOptions {
   int64_t rope_graph_max_t = 64;  ///< RoPE shapes up to this T are timed by graph replay
   double copy_gbps = 0;           ///< ceiling measured in the same run
   double launch_floor_us = 0;     ///< floor kernel's CUDA-graph time, same run
+  /// Copy floors measured so far (time_launch), by (graph timing, bytes moved), us
+  mutable std::map<std::pair<bool, int64_t>, double> copy_floors;
   cudaStream_t stream = nullptr;  ///< a created (capturable) stream for all timing
 };
 

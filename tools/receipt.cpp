@@ -14,9 +14,9 @@ namespace {
 using nlohmann::json;
 
 const char* const kCsvColumns[] = {
-    "op",          "impl",    "dtype",      "shape",  "timing", "median_us",
-    "min_us",      "max_us",  "samples",    "bytes",  "gbps",   "pct_of_copy",
-    "max_err_ulp", "tol_ulp", "frac_exact", "passed", "note"};
+    "op",      "impl",       "dtype",  "shape", "timing",      "median_us",     "min_us",
+    "max_us",  "samples",    "bytes",  "gbps",  "pct_of_copy", "copy_floor_us", "max_err_ulp",
+    "tol_ulp", "frac_exact", "passed", "note"};
 
 std::string num(double v) {
   char buf[40];
@@ -46,6 +46,7 @@ json row_json(const ResultRow& r) {
               {"bytes", r.bytes},
               {"gbps", r.gbps},
               {"pct_of_copy", r.pct_of_copy},
+              {"copy_floor_us", r.copy_floor_us},
               {"max_err_ulp", r.max_err_ulp},
               {"tol_ulp", r.tol_ulp},
               {"frac_exact", r.frac_exact},
@@ -66,6 +67,7 @@ std::vector<std::string> csv_row(const ResultRow& r) {
           std::to_string(r.bytes),
           num(r.gbps),
           num(r.pct_of_copy),
+          num(r.copy_floor_us),
           num(r.max_err_ulp),
           num(r.tol_ulp),
           num(r.frac_exact),

@@ -22,6 +22,9 @@ struct ResultRow {
   int64_t bytes = 0;       ///< bytes model: each input read once, each output written once
   double gbps = 0;         ///< bytes / median time
   double pct_of_copy = 0;  ///< gbps / copy_bandwidth_gbps * 100
+  /// A device-to-device copy of bytes / 2 (the same bytes read and written), timed as this row
+  /// is in the same run: the least time any kernel moving these bytes can expect here
+  double copy_floor_us = 0;
   double max_err_ulp = 0;  ///< largest error against the float64 oracle, output ulps
   double tol_ulp = 0;      ///< the tolerance table's allowance for that output
   double frac_exact = 0;   ///< fraction of elements equal to the correctly rounded reference

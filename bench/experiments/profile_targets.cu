@@ -6,6 +6,7 @@
 //   qk_fwd        qk_norm_rope, bf16, T = 65536, Hq 32, Hk 8, D 128, neox, f32 cache, rstd saved
 //   qk_bwd        qk_norm_rope_backward, the same heads, T = 32768, saved rstd, dwq and dwk
 //   rope_fwd      rope, bf16, T = 65536, the same heads, f32 cache, out of place
+//   rope_fwd_256  the same with D 256 (two head groups on the lean run)
 //   rms_bwd_1024  rms_norm_backward, bf16, M = 32768, N = 1024 (the warp-per-row ring), saved rstd
 //   rms_bwd_4096  rms_norm_backward, bf16, M = 4096, N = 4096 (the block ring, few rows per block)
 //   rms_bwd_1x1024  rms_norm_backward, bf16, M = 1, N = 1024 (one warp; 7.99 us in a graph at
@@ -45,19 +46,19 @@ void* device_alloc(size_t bytes) {
   return p;
 }
 
-TensorRef heads(void* p, int64_t t, int64_t h) {
-  return TensorRef::contiguous(p, DType::kBFloat16, {t, h, kD}, Device::cuda(0));
+TensorRef heads(void* p, int64_t t, int64_t h, int64_t d = kD) {
+  return TensorRef::contiguous(p, DType::kBFloat16, {t, h, d}, Device::cuda(0));
 }
 
 TensorRef vec(void* p, DType dt, int64_t n) {
   return TensorRef::contiguous(p, dt, {n}, Device::cuda(0));
 }
 
-/// The rope inputs of T tokens: int64 positions in [0, T) and an f32 cache [T, D] (cos, sin).
+/// The rope inputs of T tokens: int64 positions in [0, T) and an f32 cache [T, d] (cos, sin).
 struct RopeInputs {
   RopePositions pos;
   RopeCosSin cs;
-  explicit RopeInputs(int64_t t) {
+  explicit RopeInputs(int64_t t, int64_t d = kD) {
     std::vector<int64_t> p(static_cast<size_t>(t));
     uint64_t s = 12345;
     for (auto& v : p) {
@@ -66,19 +67,19 @@ struct RopeInputs {
     }
     void* dp = device_alloc(p.size() * 8);
     CK(cudaMemcpy(dp, p.data(), p.size() * 8, cudaMemcpyHostToDevice));
-    std::vector<float> c(static_cast<size_t>(t * kD));
+    std::vector<float> c(static_cast<size_t>(t * d));
     for (int64_t r = 0; r < t; ++r) {
-      for (int64_t i = 0; i < kD / 2; ++i) {
-        const double ang = static_cast<double>(r) * std::pow(10000.0, -2.0 * i / kD);
-        c[r * kD + i] = static_cast<float>(std::cos(ang));
-        c[r * kD + kD / 2 + i] = static_cast<float>(std::sin(ang));
+      for (int64_t i = 0; i < d / 2; ++i) {
+        const double ang = static_cast<double>(r) * std::pow(10000.0, -2.0 * i / d);
+        c[r * d + i] = static_cast<float>(std::cos(ang));
+        c[r * d + d / 2 + i] = static_cast<float>(std::sin(ang));
       }
     }
     void* dc = device_alloc(c.size() * 4);
     CK(cudaMemcpy(dc, c.data(), c.size() * 4, cudaMemcpyHostToDevice));
     pos.positions = vec(dp, DType::kInt64, t);
     cs.kind = CosSinKind::kCache;
-    cs.cache = TensorRef::contiguous(dc, DType::kFloat32, {t, kD}, Device::cuda(0));
+    cs.cache = TensorRef::contiguous(dc, DType::kFloat32, {t, d}, Device::cuda(0));
   }
 };
 
@@ -150,6 +151,20 @@ bool run_target(const std::string& name) {
               "qk_norm_rope_backward");
       };
     }
+  } else if (name == "rope_fwd_256") {
+    constexpr int64_t t = 65536, d = 256;
+    const size_t qn = static_cast<size_t>(t * kHq * d), kn = static_cast<size_t>(t * kHk * d);
+    void *q = device_alloc(qn * 2), *k = device_alloc(kn * 2);
+    void *qo = device_alloc(qn * 2), *ko = device_alloc(kn * 2);
+    fill_bf16(q, qn, 1);
+    fill_bf16(k, kn, 2);
+    const auto* r = new RopeInputs(t, d);
+    const RopeParams rp{};
+    call = [=] {
+      check(rope(heads(q, t, kHq, d), heads(k, t, kHk, d), heads(qo, t, kHq, d),
+                 heads(ko, t, kHk, d), r->pos, r->cs, rp),
+            "rope D 256");
+    };
   } else if (name == "rms_bwd_1024" || name == "rms_bwd_4096" || name == "rms_fwd_4096" ||
              name == "rms_bwd_1x1024") {
     const int64_t m = name == "rms_bwd_1024" ? 32768 : (name == "rms_bwd_1x1024" ? 1 : 4096);
@@ -193,7 +208,8 @@ bool run_target(const std::string& name) {
 int main(int argc, char** argv) {
   if (argc < 2) {
     std::printf(
-        "usage: %s TARGET...  (qk_fwd qk_bwd rope_fwd rms_bwd_1024 rms_bwd_4096 rms_bwd_1x1024 "
+        "usage: %s TARGET...  (qk_fwd qk_bwd rope_fwd rope_fwd_256 rms_bwd_1024 rms_bwd_4096 "
+        "rms_bwd_1x1024 "
         "rms_fwd_4096)\n",
         argv[0]);
     return 2;

@@ -435,13 +435,14 @@ int main(int argc, char** argv) {
       const auto v3p = persistent(persistent_qk_kernel<3, true>, 3);
       // The library's lean-run kernel in its two instances, on the library's arguments.
       const auto run_smem = static_cast<size_t>(core::rope_lean_run_ring_bytes(2, 4, kThreads));
-      auto library_run = [&](auto kernel) {
+      auto library_run = [&](auto kernel, int stages = core::kRopeLeanRunStages) {
+        const size_t smem = run_smem / core::kRopeLeanRunStages * static_cast<size_t>(stages);
         CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                static_cast<int>(run_smem)));
-        return [&, kernel] {
+                                static_cast<int>(smem)));
+        return [&, kernel, smem] {
           const int64_t grid = std::min<int64_t>(t, int64_t{sms} * core::kQkLeanRunMinBlocks);
-          CK(launch_with_pdl(kernel, dim3(static_cast<unsigned>(grid)), dim3(kLanes, kHeads),
-                             run_smem, nullptr, qa));
+          CK(launch_with_pdl(kernel, dim3(static_cast<unsigned>(grid)), dim3(kLanes, kHeads), smem,
+                             nullptr, qa));
         };
       };
       const auto r_lanes =
@@ -476,12 +477,13 @@ int main(int argc, char** argv) {
       const auto ref_rq = to_host32(rq, t * kHq), ref_rk = to_host32(rk, t * kHk);
       const auto r_i64_l1 =
           library_run(qk_norm_rope_lean_run_kernel<bf16, float, false, LeanRowsI64<8>, true>);
-      std::vector<std::function<void()>> vs = {r_i64, ring2, wcs2, wcs3, wcs4, wcs2i, wcs3i, wcs4i};
-      std::vector<const char*> names = {
-          "run i64 rows",        "ring 2 + cos/sin",   "warp cos/sin ring 2", "warp cos/sin ring 3",
-          "warp cos/sin ring 4", "interleaved ring 2", "interleaved ring 3",  "interleaved ring 4"};
-      (void)v2, (void)v2p, (void)v3p, (void)r_lanes, (void)r_i64_l1, (void)pipe, (void)ring3,
-          (void)ring4d, (void)ring6d;
+      const auto r_i64_3 = library_run(
+          qk_norm_rope_lean_run_kernel<bf16, float, false, LeanRowsI64<8>, false, 3>, 3);
+      std::vector<std::function<void()>> vs = {r_i64, r_i64_3, wcs2i, wcs3i};
+      std::vector<const char*> names = {"run i64 rows", "run i64 rows 3 stages",
+                                        "interleaved ring 2", "interleaved ring 3"};
+      (void)v2, (void)v2p, (void)v3p, (void)r_lanes, (void)r_i64_l1, (void)pipe, (void)ring2,
+          (void)ring3, (void)ring4d, (void)ring6d, (void)wcs2, (void)wcs3, (void)wcs4, (void)wcs4i;
       if (gptj) {  // the library's gptj kernels only (the experiment kernels are neox)
         const auto g_l2 =
             library_run(qk_norm_rope_lean_run_kernel<bf16, float, true, LeanRowsI64<8>, false>);
@@ -491,8 +493,11 @@ int main(int argc, char** argv) {
           CK(launch_with_pdl(qk_norm_rope_lean_kernel<bf16, float, true, LeanLanesWeights<8>>,
                              dim3(static_cast<unsigned>(t)), dim3(kLanes, kHeads), 0, nullptr, qa));
         };
-        vs = {g_l2, g_l1, g_lean};
-        names = {"gptj run data via L2", "gptj run data via L1", "gptj lean per token"};
+        const auto g_l1_3 = library_run(
+            qk_norm_rope_lean_run_kernel<bf16, float, true, LeanRowsI64<8>, true, 3>, 3);
+        vs = {g_l1, g_l1_3, g_lean};
+        names = {"gptj run data via L1", "gptj run via L1 3 stages", "gptj lean per token"};
+        (void)g_l2;
       }
       for (size_t vi = 0; vi < vs.size(); ++vi) {
         const auto* v = &vs[vi];

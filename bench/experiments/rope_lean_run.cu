@@ -9,20 +9,24 @@
 // call (the planner's pick, printed), the lean kernel on plan_rope_lean's grid (blocks of up to
 // 1024 threads), and the lean-run kernel on plan_rope_lean_run's grid filling 2, 3 and 4 x 320
 // threads per multiprocessor (gptj: with the row swizzle, the library's form, and at 2 x 320
-// also without it, each lane fetching its own chunks through L1). Every output is compared bit
+// also without it, each lane fetching its own chunks through L1), and at 2 x 320 with a ring of
+// 3 stages instead of the library's 2. Every output is compared bit
 // for bit with the general kernel's (cuda::run_rope with the lean kernels disallowed).
 // History: at 7cac74a (bench/results/rope-lean-run-7cac74a-nvidia-h200.log), with contiguous
 // runs of tokens per block and the experiment's own copy of the kernel, the lean run was no
 // faster than the lean kernel for neox D 128 (361.8 against 360.0 us at T = 65536), slower for
 // D 64 (195.6 against 172.3) and, its data then through L2 only, far slower for gptj (489.1
 // against 374.5).
-// Cold-L2 CUDA-event medians. Not part of the build:
+// Cold-L2 CUDA-event medians. Arguments (optional): config names, "--", run lengths
+// (e.g. `rope_lean_run "D128 neox" "D256 neox" -- 16384 65536`). Not part of the build:
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90,code=sm_90 -Iinclude -Isrc \
 //        bench/experiments/rope_lean_run.cu build/libropenorm.a -o rope_lean_run
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <random>
 #include <string>
@@ -63,7 +67,7 @@ const void* lean_run_fn() {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
   const int64_t max_t = 65536, max_d = 256;
   const size_t qn = max_t * kHq * max_d, kn = max_t * kHk * max_d;
   std::mt19937_64 rng(20261203);
@@ -88,9 +92,17 @@ int main() {
       {"D128 neox", 128, RopeStyle::kNeox, false},   {"D128 gptj", 128, RopeStyle::kGptj, false},
       {"D128 inverse", 128, RopeStyle::kNeox, true}, {"D64 neox", 64, RopeStyle::kNeox, false},
       {"D256 neox", 256, RopeStyle::kNeox, false},   {"D256 gptj", 256, RopeStyle::kGptj, false}};
+  // Optional arguments: the configs to run (names as printed, e.g. "D128 neox"), then "--", then
+  // the run lengths; default every config at T = 1024 ... 65536.
+  std::vector<std::string> only;
+  std::vector<int64_t> runs = {1024, 2048, 4096, 16384, 65536};
+  int ai = 1;
+  for (; ai < argc && std::string(argv[ai]) != "--"; ++ai) only.push_back(argv[ai]);
+  if (ai + 1 < argc) runs.clear();
+  for (++ai; ai < argc; ++ai) runs.push_back(std::atoll(argv[ai]));
   for (const Config& cf : configs) {
-    for (int64_t t :
-         {int64_t{1024}, int64_t{2048}, int64_t{4096}, int64_t{16384}, int64_t{65536}}) {
+    if (!only.empty() && std::find(only.begin(), only.end(), cf.name) == only.end()) continue;
+    for (int64_t t : runs) {
       const DeviceCosSin csd = device_cos_sin(rng, t, cf.d, t);
       auto view = [&](void* p, int64_t heads) {
         return TensorRef::contiguous(p, DType::kBFloat16, {t, heads, cf.d}, d0);
@@ -136,6 +148,15 @@ int main() {
         const auto kernel = gptj ? rope_lean_run_kernel<bf16, float, true, LeanRows>
                                  : rope_lean_run_kernel<bf16, float, false, LeanRows>;
         vs.push_back([&, kernel, run] { CK(launch_lean_layout(kernel, run, nullptr, ra)); });
+        if (per == 2) {  // the same grid with 3 stages in each thread's ring
+          core::RopePlan deep = run;
+          deep.smem_bytes = run.smem_bytes / core::kRopeLeanRunStages * 3;
+          names.push_back("run 2x320/SM 3 stages");
+          const auto k3 = gptj
+                              ? rope_lean_run_kernel<bf16, float, true, LeanRows, true, false, 3>
+                              : rope_lean_run_kernel<bf16, float, false, LeanRows, false, false, 3>;
+          vs.push_back([&, k3, deep] { CK(launch_lean_layout(k3, deep, nullptr, ra)); });
+        }
         if (gptj && per == 2) {  // gptj without the row swizzle: each lane's own chunks, via L1
           names.push_back("run 2x320/SM unswizzled via L1");
           const auto direct = rope_lean_run_kernel<bf16, float, true, LeanRows, false>;

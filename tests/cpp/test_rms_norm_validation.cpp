@@ -244,7 +244,11 @@ TEST(CpuRmsNormValidation, EachErrorNamesItsArgumentAndWritesNothing) {
         << bc.name << ": " << st.message();
     EXPECT_NE(st.message().find("expected"), std::string::npos) << bc.name << ": " << st.message();
     EXPECT_NE(st.message().find("received"), std::string::npos) << bc.name << ": " << st.message();
-    // The public entry point refuses the call too and writes nothing.
+    // The public entry point refuses the call too and writes nothing. rms_norm has no residual
+    // argument, so "residual given to plain op" is a call it cannot be given: without the
+    // residual it is a valid call (on host buffers labelled cuda:0, which a GPU machine would
+    // launch on), so that case checks the validator only.
+    if (!c.fused && c.residual.data != nullptr) continue;
     const Status pub = call_public(c);
     EXPECT_FALSE(pub.ok()) << bc.name;
     EXPECT_TRUE(b.outputs_untouched()) << bc.name;

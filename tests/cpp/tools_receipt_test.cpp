@@ -43,6 +43,7 @@ Receipt sample() {
   a.bytes = 67108864;
   a.gbps = 3251.8;
   a.pct_of_copy = 77.9;
+  a.copy_floor_us = 16.123456789012345;
   a.max_err_ulp = 1;
   a.tol_ulp = 1;
   a.frac_exact = 0.99999;
@@ -75,13 +76,14 @@ TEST(CpuReceipt, SchemaFieldsAndExactNumbers) {
   ASSERT_EQ(j["results"].size(), 2u);
   const nlohmann::json& row = j["results"][0];
   for (const char* key : {"op", "impl", "dtype", "shape", "timing", "median_us", "min_us", "max_us",
-                          "gbps", "max_err_ulp", "passed"}) {
+                          "gbps", "copy_floor_us", "max_err_ulp", "passed"}) {
     EXPECT_TRUE(row.contains(key)) << key;
   }
   EXPECT_TRUE(row["shape"].is_object());
   EXPECT_EQ(row["shape"]["M"], 4096);
   EXPECT_EQ(row["shape"]["N"], 4096);
   EXPECT_EQ(row["median_us"].get<double>(), 1.0 / 3.0);  // bit for bit
+  EXPECT_EQ(row["copy_floor_us"].get<double>(), r.results[0].copy_floor_us);
   EXPECT_EQ(j["results"][1]["timing"], "cuda_graph");
   EXPECT_FALSE(j["results"][1]["passed"].get<bool>());
 

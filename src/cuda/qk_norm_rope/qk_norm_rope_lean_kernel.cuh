@@ -78,8 +78,9 @@ __global__ void __launch_bounds__(Spec::kMaxThreads)
 /// Lean-run QK-norm + RoPE of style kGptj with cos/sin tables of dtype C, Spec::kLanes lanes per
 /// head (8 or 16) and the other facts Spec fixes; the block's tokens interleaved over the grid
 /// (rope_block_tokens.cuh), its ring in dynamic shared memory (core::RopePlan::smem_bytes);
-/// kDataViaL1 as rope_lean_run's (the launcher takes the default).
-template <typename T, typename C, bool kGptj, typename Spec, bool kDataViaL1 = kGptj>
+/// kDataViaL1 and kStages as rope_lean_run's (the launcher takes the defaults).
+template <typename T, typename C, bool kGptj, typename Spec, bool kDataViaL1 = kGptj,
+          int kStages = core::kRopeLeanRunStages>
 __global__ void __launch_bounds__(core::kQkLeanRunThreads, core::kQkLeanRunMinBlocks)
     qk_norm_rope_lean_run_kernel(const QkNormRopeArgs args) {
   static_assert(Spec::kLanes == 8 || Spec::kLanes == 16, "the lean run fixes the lanes");
@@ -97,7 +98,7 @@ __global__ void __launch_bounds__(core::kQkLeanRunThreads, core::kQkLeanRunMinBl
   griddep_wait();
   float w0[V], w1[V];
   qk_head_weights<V, std::conditional_t<Spec::kWeightsAsData, T, void>>(args, hh, oa, ob, w0, w1);
-  rope_lean_run<T, C, Spec, kDataViaL1>(
+  rope_lean_run<T, C, Spec, kDataViaL1, false, kStages>(
       a, qk_lean_run_ring, ln,
       [&](int64_t t, int64_t b, int64_t s, const RopeHeadRegs<T, V>& regs, const float(&c)[V],
           const float(&sn)[V], const auto&) {

@@ -64,18 +64,19 @@ __device__ __forceinline__ LeanRunLane lean_run_lane(const RopeKernelArgs& a, in
 }
 
 /// The ring of a lean-run thread: its two V-vectors of T, then the cos and sin V-vectors of C,
-/// per stage.
-template <typename T, typename C>
+/// per stage; S stages (the library's kernels take core::kRopeLeanRunStages, the depth the
+/// planner sizes the ring for).
+template <typename T, typename C, int S = core::kRopeLeanRunStages>
 struct LeanRunRing {
   static constexpr int V = core::kRopeLeanVec;
   static constexpr int kVecChunks = V * static_cast<int>(sizeof(T)) / 16;
   static constexpr int kCsChunks = V * static_cast<int>(sizeof(C)) / 16;
   static constexpr int kChunks = 2 * kVecChunks + 2 * kCsChunks;
-  using Ring = ThreadRing<core::kRopeLeanRunStages, kChunks>;
+  using Ring = ThreadRing<S, kChunks>;
   static_assert(kVecChunks >= 1 && kCsChunks >= 1, "whole 16-byte chunks per vector");
-  static_assert(static_cast<int64_t>(Ring::bytes(1)) ==
-                    core::rope_lean_run_ring_bytes(sizeof(T), sizeof(C), 1),
-                "the planner's ring size");
+  static_assert(static_cast<int64_t>(Ring::bytes(1)) * core::kRopeLeanRunStages ==
+                    core::rope_lean_run_ring_bytes(sizeof(T), sizeof(C), 1) * S,
+                "the planner's ring size, per stage");
 };
 
 /// How a lean-run thread's two vectors reach it and leave it, in round `stage` of its ring.
@@ -144,16 +145,16 @@ struct LeanRunIo {
 /// body may use for its results) to body(t, b, s, regs, c, sn, io). Spec: the facts fixed at
 /// compile time (rope_lean_spec.h); kDataViaL1: the data's copies go through L1 (gptj: a lane's
 /// two vectors are the two halves of one 32-byte sector, which the second copy then finds in
-/// L1); kSwizzle: LeanRunIo's row swizzle (gptj, 16-bit data; the body must store through io).
-/// `ring` is the block's dynamic shared memory, LeanRunRing<T, C>::Ring::bytes(threads) of it.
+/// L1); kSwizzle: LeanRunIo's row swizzle (gptj, 16-bit data; the body must store through io);
+/// S: the ring's stages (tokens j + 1 .. j + S - 1 in flight while token j is computed).
+/// `ring` is the block's dynamic shared memory, LeanRunRing<T, C, S>::Ring::bytes(threads) of it.
 template <typename T, typename C, typename Spec, bool kDataViaL1, bool kSwizzle = false,
-          typename Body>
+          int S = core::kRopeLeanRunStages, typename Body>
 __device__ __forceinline__ void rope_lean_run(const RopeKernelArgs& a, uint4* ring,
                                               const LeanRunLane& ln, Body&& body) {
-  using R = LeanRunRing<T, C>;
+  using R = LeanRunRing<T, C, S>;
   using Io = LeanRunIo<T, typename R::Ring, kSwizzle, R::kVecChunks>;
   constexpr int V = R::V;
-  constexpr int S = core::kRopeLeanRunStages;
   constexpr int kCos = 2 * R::kVecChunks, kSin = kCos + R::kCsChunks;
   constexpr int kVecBytes = 16 * R::kVecChunks, kCsBytes = 16 * R::kCsChunks;
   static_assert(!kSwizzle || R::kVecChunks == 1, "the row swizzle moves one chunk per vector");
@@ -214,10 +215,10 @@ __device__ __forceinline__ void rope_lean_run(const RopeKernelArgs& a, uint4* ri
 /// and the facts Spec fixes: rope_lean_run with the lean kernel's rotation per token
 /// (rope_rotate_regs, one rounding per output), so the lean kernel's bits; launched as
 /// core::plan_rope_lean_run plans it (ring: RopePlan::smem_bytes) for calls core::rope_lean_run
-/// accepts. kSwizzle and kDataViaL1 as rope_lean_run's (the launcher takes the defaults: gptj
-/// through the row swizzle).
+/// accepts. kSwizzle, kDataViaL1 and kStages as rope_lean_run's (the launcher takes the
+/// defaults: gptj through the row swizzle, the planner's ring depth).
 template <typename T, typename C, bool kGptj, typename Spec, bool kSwizzle = kGptj,
-          bool kDataViaL1 = kGptj && !kSwizzle>
+          bool kDataViaL1 = kGptj && !kSwizzle, int kStages = core::kRopeLeanRunStages>
 __global__ void __launch_bounds__(core::kRopeLeanRunThreads, core::kRopeLeanRunMinBlocks)
     rope_lean_run_kernel(const RopeKernelArgs a) {
   constexpr int V = core::kRopeLeanVec;
@@ -227,7 +228,7 @@ __global__ void __launch_bounds__(core::kRopeLeanRunThreads, core::kRopeLeanRunM
   const int head = ln.head;
   const RopeOperand& out = ln.is_q ? a.q_out : a.k_out;
   griddep_wait();
-  rope_lean_run<T, C, Spec, kDataViaL1, kSwizzle>(
+  rope_lean_run<T, C, Spec, kDataViaL1, kSwizzle, kStages>(
       a, rope_lean_run_ring, ln,
       [&](int64_t, int64_t b, int64_t s, const RopeHeadRegs<T, V>& regs, const float(&c)[V],
           const float(&sn)[V], const auto& io) {
