@@ -16,7 +16,9 @@
 // runs of tokens per block and the experiment's own copy of the kernel, the lean run was no
 // faster than the lean kernel for neox D 128 (361.8 against 360.0 us at T = 65536), slower for
 // D 64 (195.6 against 172.3) and, its data then through L2 only, far slower for gptj (489.1
-// against 374.5).
+// against 374.5). At 5b97eb9 (rope-lean-run-stages-5b97eb9-nvidia-h200.log) the 3-stage ring
+// was no faster than the library's 2 (D 128 neox T = 65536 340.13 against 338.72 us, D 256
+// 676.16 against 660.51).
 // Cold-L2 CUDA-event medians. Arguments (optional): config names, "--", run lengths
 // (e.g. `rope_lean_run "D128 neox" "D256 neox" -- 16384 65536`). Not part of the build:
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90,code=sm_90 -Iinclude -Isrc \
