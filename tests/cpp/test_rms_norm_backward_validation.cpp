@@ -312,7 +312,11 @@ TEST(CpuRmsNormBackwardValidation, EachErrorNamesItsArgumentAndWritesNothing) {
         << bc.name << ": " << st.message();
     EXPECT_NE(st.message().find("expected"), std::string::npos) << bc.name << ": " << st.message();
     EXPECT_NE(st.message().find("received"), std::string::npos) << bc.name << ": " << st.message();
-    // The public entry point refuses the call too and writes nothing.
+    // The public entry point refuses the call too and writes nothing. rms_norm_backward has no
+    // ds or dresidual argument, so the cases that give them to the plain op are calls it cannot
+    // be given (without them they are valid calls on host buffers labelled cuda:0, which a GPU
+    // machine would launch on): those check the validator only.
+    if (!c.fused && (c.ds.data != nullptr || c.dresidual.data != nullptr)) continue;
     const Status pub = call_public(c);
     EXPECT_FALSE(pub.ok()) << bc.name;
     EXPECT_TRUE(b.outputs_untouched()) << bc.name;
