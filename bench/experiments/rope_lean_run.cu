@@ -10,11 +10,12 @@
 // 1024 threads), and the lean-run kernel on plan_rope_lean_run's grid filling 2, 3 and 4 x 320
 // threads per multiprocessor (gptj: with the row swizzle, the library's form, and at 2 x 320
 // also without it, each lane fetching its own chunks through L1), and at 2 x 320 with a ring of
-// 3 stages instead of the library's 2. Every output is compared bit
-// for bit with the general kernel's (cuda::run_rope with the lean kernels disallowed).
-// History: at 7cac74a (bench/results/rope-lean-run-7cac74a-nvidia-h200.log), with contiguous
-// runs of tokens per block and the experiment's own copy of the kernel, the lean run was no
-// faster than the lean kernel for neox D 128 (361.8 against 360.0 us at T = 65536), slower for
+// 3 stages instead of the library's 2, and on blocks of at most 160 threads, 4 per
+// multiprocessor (D 128: two head groups, each block round half a token, as D 256's are). Every
+// output is compared bit for bit with the general kernel's (cuda::run_rope with the lean kernels
+// disallowed). History: at 7cac74a (bench/results/rope-lean-run-7cac74a-nvidia-h200.log), with
+// contiguous runs of tokens per block and the experiment's own copy of the kernel, the lean run was
+// no faster than the lean kernel for neox D 128 (361.8 against 360.0 us at T = 65536), slower for
 // D 64 (195.6 against 172.3) and, its data then through L2 only, far slower for gptj (489.1
 // against 374.5). At 5b97eb9 (rope-lean-run-stages-5b97eb9-nvidia-h200.log) the 3-stage ring
 // was no faster than the library's 2 (D 128 neox T = 65536 340.13 against 338.72 us, D 256
@@ -150,6 +151,13 @@ int main(int argc, char** argv) {
         const auto kernel = gptj ? rope_lean_run_kernel<bf16, float, true, LeanRows>
                                  : rope_lean_run_kernel<bf16, float, false, LeanRows>;
         vs.push_back([&, kernel, run] { CK(launch_lean_layout(kernel, run, nullptr, ra)); });
+        if (per == 2) {  // blocks of at most 160 threads, 4 per SM: half a D 128 token per block
+          const core::RopePlan half = core::plan_rope_lean_run(lf, 160, 4, sms, 4096);
+          names.push_back("run 4x160/SM (" + std::to_string(half.head_groups) + " head groups)");
+          const auto kernel = gptj ? rope_lean_run_kernel<bf16, float, true, LeanRows>
+                                   : rope_lean_run_kernel<bf16, float, false, LeanRows>;
+          vs.push_back([&, kernel, half] { CK(launch_lean_layout(kernel, half, nullptr, ra)); });
+        }
         if (per == 2) {  // the same grid with 3 stages in each thread's ring
           core::RopePlan deep = run;
           deep.smem_bytes = run.smem_bytes / core::kRopeLeanRunStages * 3;
