@@ -9,15 +9,20 @@
 
 namespace ropenorm::bench {
 
+namespace {
+
+/// Times `launch` as the main job times a row: graph replay when `graph`, else cold-L2 medians.
+Status time_as_row(const BenchOptions& o, bool graph, const Launch& launch, TimingStats* t) {
+  if (graph) return time_graph(launch, o.graph_launches, o.graph_reps, o.stream, t);
+  return time_cold_l2(launch, o.cold_reps, o.stream, t);
+}
+
+}  // namespace
+
 Status time_launch(const BenchOptions& o, bool graph, const Launch& launch, ResultRow* row) {
   TimingStats t;
-  if (graph) {
-    row->timing = "cuda_graph";
-    ROPENORM_TRY(time_graph(launch, o.graph_launches, o.graph_reps, o.stream, &t));
-  } else {
-    row->timing = "cold_l2";
-    ROPENORM_TRY(time_cold_l2(launch, o.cold_reps, o.stream, &t));
-  }
+  row->timing = graph ? "cuda_graph" : "cold_l2";
+  ROPENORM_TRY(time_as_row(o, graph, launch, &t));
   row->median_us = t.median_us;
   row->min_us = t.min_us;
   row->max_us = t.max_us;
@@ -43,11 +48,7 @@ Status copy_floor_us(const BenchOptions& o, bool graph, int64_t bytes, double* u
     return Status(StatusCode::kDeviceError, std::string("copy floor: ") + cudaGetErrorString(e));
   };
   TimingStats t;
-  if (graph) {
-    ROPENORM_TRY(time_graph(copy, o.graph_launches, o.graph_reps, o.stream, &t));
-  } else {
-    ROPENORM_TRY(time_cold_l2(copy, o.cold_reps, o.stream, &t));
-  }
+  ROPENORM_TRY(time_as_row(o, graph, copy, &t));
   o.copy_floors[key] = t.median_us;
   *us = t.median_us;
   return Status::Ok();

@@ -13,9 +13,7 @@ QkNormRopePlan plan_qk_norm_rope(const QkNormRopeFacts& f) {
   const bool vec16 = r.elem_size == 2 && r.vec == kQkVecChannels;
   if (vec16 && 2 * r.half == r.head_dim && r.half % kQkVecChannels == 0 &&
       power_of_two_upto_32(r.half / kQkVecChannels) && f.weights_aligned16) {
-    const int64_t lanes = r.half / kQkVecChannels;
-    if (f.allow_lean && rope_lean_shape(r) && r.tokens >= kQkLeanRunMinTokens &&
-        (lanes == 8 || lanes == 16)) {
+    if (f.allow_lean && lean_run_shape(r, kQkLeanRunMinTokens)) {
       p.kernel = QkKernel::kLeanRun;
       p.rope = plan_rope_lean_run(r, kQkLeanRunThreads, kQkLeanRunMinBlocks, f.sm_count,
                                   kQkLeanRunMaxGrid);

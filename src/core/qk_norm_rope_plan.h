@@ -73,8 +73,8 @@ struct QkNormRopePlan {
 
 /// The first kernel that applies, in the order lean run, lean, pair, vector, scalar:
 ///  - lean run (when allow_lean): what lean needs but its grid bounds, at least
-///    kQkLeanRunMinTokens tokens and 8 or 16 lanes per head (D 128 or 256); shape from
-///    plan_rope_lean_run with blocks of at most kQkLeanRunThreads threads, kQkLeanRunMinBlocks
+///    kQkLeanRunMinTokens tokens and 8 or 16 lanes per head (D 128 or 256: lean_run_shape); shape
+///    from plan_rope_lean_run with blocks of at most kQkLeanRunThreads threads, kQkLeanRunMinBlocks
 ///    of them per multiprocessor (kQkLeanRunMaxGrid blocks when sm_count is unknown);
 ///  - lean (when allow_lean): what pair needs, cos/sin loaded and rope_lean's thread and grid
 ///    bounds with kQkLeanMaxTokens for blocks rope_lean_long_run_block accepts, else with

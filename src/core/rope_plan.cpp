@@ -118,10 +118,13 @@ RopePlan plan_rope_lean_run(const RopeLeanFacts& f, int max_threads, int min_blo
   return p;
 }
 
-bool rope_lean_run(const RopeLeanFacts& f) {
+bool lean_run_shape(const RopeLeanFacts& f, int64_t min_tokens) {
   const int64_t lanes = f.half / kRopeLeanVec;
-  return rope_lean_shape(f) && f.cos_sin_rows && f.tokens >= kRopeLeanRunMinTokens &&
-         (lanes == 8 || lanes == 16);
+  return rope_lean_shape(f) && f.tokens >= min_tokens && (lanes == 8 || lanes == 16);
+}
+
+bool rope_lean_run(const RopeLeanFacts& f) {
+  return lean_run_shape(f, kRopeLeanRunMinTokens) && f.cos_sin_rows;
 }
 
 RopePlan plan_rope_call(const RopeLeanFacts& f, bool allow_lean, int sm_count) {

@@ -170,9 +170,13 @@ constexpr int kRopeLeanRunMinBlocks = 2;
 /// (sm_count <= 0; the launchers pass the device's, which is always known).
 constexpr int64_t kRopeLeanRunMaxGrid = 4096;
 
-/// The RoPE launcher's lean run serves the call: rope_lean_shape, cos/sin rows indexed by
-/// position (a cache or a [P, R] table), at least kRopeLeanRunMinTokens tokens and 8 or 16 lanes
-/// per head (D 128 or 256; any head count, in head groups).
+/// What every lean run needs (the RoPE and the QK-norm + RoPE launchers'): rope_lean_shape, at
+/// least min_tokens tokens and 8 or 16 lanes per head (D 128 or 256; any head count, in head
+/// groups).
+bool lean_run_shape(const RopeLeanFacts& f, int64_t min_tokens);
+
+/// The RoPE launcher's lean run serves the call: lean_run_shape with kRopeLeanRunMinTokens, and
+/// cos/sin rows indexed by position (a cache or a [P, R] table).
 bool rope_lean_run(const RopeLeanFacts& f);
 
 /// The RoPE launcher's plan for a call (f.vec its vector width) on a device of sm_count

@@ -53,6 +53,40 @@ void expect_general_kernel_bits(const RopeCase& c, core::RopePlan* planned) {
   ASSERT_EQ(a.k_out.bytes, b.k_out.bytes) << a.summary;
 }
 
+// A case of the lean-kernel tests below: a packed QKV buffer (separate q when hk = 0, k absent),
+// a table of 8192 rows.
+struct LeanVariant {
+  DType dtype;
+  RopeStyle style;
+  bool inverse;
+  CosSinKind source;
+  DType cs_dtype;
+  int64_t hq, hk, head_dim, batch, seq;
+  RopePosKind pos_kind;
+  bool in_place;
+};
+
+RopeCase lean_variant_case(const LeanVariant& v, uint64_t seed) {
+  RopeCase c;
+  c.dtype = v.dtype;
+  c.style = v.style;
+  c.inverse = v.inverse;
+  c.source = v.source;
+  c.cs_dtype = v.cs_dtype;
+  c.hq = v.hq;
+  c.hk = v.hk;
+  c.has_k = v.hk > 0;
+  c.head_dim = v.head_dim;
+  c.batch = v.batch;
+  c.seq = v.seq;
+  c.pos_kind = v.pos_kind;
+  c.table_rows = 8192;
+  c.layout = v.hk > 0 ? RopeLayout::kPackedQkv : RopeLayout::kSeparate;
+  c.in_place = v.in_place;
+  c.seed = seed;
+  return c;
+}
+
 const DType kFloatTypes[] = {DType::kFloat32, DType::kFloat16, DType::kBFloat16};
 const CosSinKind kSources[] = {CosSinKind::kCache, CosSinKind::kHfCosSin,
                                CosSinKind::kHfCosSinGathered, CosSinKind::kInvFreq};
@@ -374,41 +408,20 @@ TEST(GpuRope, LongRuns) {
 // sequence and B x S, in and out of place.
 TEST(GpuRope, LeanKernelMatchesGeneralKernel) {
   ROPENORM_REQUIRE_GPU();
-  struct Variant {
-    DType dtype;
-    RopeStyle style;
-    bool inverse;
-    CosSinKind source;
-    DType cs_dtype;
-    int64_t hq, hk, head_dim, batch, seq;
-  };
-  const Variant variants[] = {
+  const RopePosKind i64 = RopePosKind::kI64;
+  const LeanVariant variants[] = {
       {DType::kBFloat16, RopeStyle::kNeox, false, CosSinKind::kCache, DType::kFloat32, 32, 8, 128,
-       0, core::kRopeLeanRunMinTokens - 1},
+       0, core::kRopeLeanRunMinTokens - 1, i64, false},
       {DType::kFloat16, RopeStyle::kGptj, true, CosSinKind::kHfCosSin, DType::kBFloat16, 32, 8, 64,
-       3, 700},
+       3, 700, i64, true},
       {DType::kBFloat16, RopeStyle::kGptj, false, CosSinKind::kCache, DType::kFloat16, 16, 8, 256,
-       2, 1100},
+       2, 1100, i64, false},
       {DType::kFloat16, RopeStyle::kNeox, true, CosSinKind::kHfCosSinGathered, DType::kFloat32, 32,
-       8, 128, 2, core::kRopeLeanMaxTokens / 2},
+       8, 128, 2, core::kRopeLeanMaxTokens / 2, i64, true},
   };
   uint64_t seed = 1100;
-  for (const Variant& v : variants) {
-    RopeCase c;
-    c.dtype = v.dtype;
-    c.style = v.style;
-    c.inverse = v.inverse;
-    c.source = v.source;
-    c.cs_dtype = v.cs_dtype;
-    c.hq = v.hq;
-    c.hk = v.hk;
-    c.head_dim = v.head_dim;
-    c.batch = v.batch;
-    c.seq = v.seq;
-    c.table_rows = 8192;
-    c.layout = RopeLayout::kPackedQkv;
-    c.in_place = seed % 2 == 1;
-    c.seed = seed++;
+  for (const LeanVariant& v : variants) {
+    const RopeCase c = lean_variant_case(v, seed++);
     core::RopePlan planned;
     ASSERT_NO_FATAL_FAILURE(expect_general_kernel_bits(c, &planned));
     ASSERT_TRUE(planned.lean) << verify::describe(c);
@@ -426,18 +439,8 @@ TEST(GpuRope, LeanKernelMatchesGeneralKernel) {
 // the lean run (the general kernel with the lean ones disallowed).
 TEST(GpuRope, LeanRunMatchesGeneralKernel) {
   ROPENORM_REQUIRE_GPU();
-  struct Variant {
-    DType dtype;
-    RopeStyle style;
-    bool inverse;
-    CosSinKind source;
-    DType cs_dtype;
-    int64_t hq, hk, head_dim, batch, seq;
-    RopePosKind pos_kind;
-    bool in_place;
-  };
   const int64_t n = core::kRopeLeanRunMinTokens;
-  const Variant variants[] = {
+  const LeanVariant variants[] = {
       {DType::kBFloat16, RopeStyle::kNeox, false, CosSinKind::kCache, DType::kFloat32, 32, 8, 128,
        0, n + 3, RopePosKind::kI64, false},
       {DType::kFloat16, RopeStyle::kGptj, true, CosSinKind::kHfCosSin, DType::kBFloat16, 24, 8, 128,
@@ -458,24 +461,8 @@ TEST(GpuRope, LeanRunMatchesGeneralKernel) {
        1400, RopePosKind::kArangeSeqOffs, true},
   };
   uint64_t seed = 1200;
-  for (const Variant& v : variants) {
-    RopeCase c;
-    c.dtype = v.dtype;
-    c.style = v.style;
-    c.inverse = v.inverse;
-    c.source = v.source;
-    c.cs_dtype = v.cs_dtype;
-    c.hq = v.hq;
-    c.hk = v.hk;
-    c.has_k = v.hk > 0;
-    c.head_dim = v.head_dim;
-    c.batch = v.batch;
-    c.seq = v.seq;
-    c.pos_kind = v.pos_kind;
-    c.table_rows = 8192;
-    c.layout = v.hk > 0 ? RopeLayout::kPackedQkv : RopeLayout::kSeparate;
-    c.in_place = v.in_place;
-    c.seed = seed++;
+  for (const LeanVariant& v : variants) {
+    const RopeCase c = lean_variant_case(v, seed++);
     core::RopePlan planned;
     ASSERT_NO_FATAL_FAILURE(expect_general_kernel_bits(c, &planned));
     ASSERT_TRUE(planned.lean_run) << "the lean run was not planned: " << verify::describe(c);
