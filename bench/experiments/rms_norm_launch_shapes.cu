@@ -35,6 +35,7 @@
 #include "cuda/rms_norm/rms_norm_kernels.cuh"
 #include "cuda/rms_norm/rms_norm_typed.cuh"
 #include "experiment_timing.cuh"
+#include "rms_experiment_args.cuh"
 using namespace ropenorm;
 using namespace ropenorm::cuda;
 int ulp_dist(uint16_t a, uint16_t b) {
@@ -51,33 +52,6 @@ const void* direct_kernel(int vpt) {
   return vpt == 1   ? direct_kernel<Tr, 1>()
          : vpt == 2 ? direct_kernel<Tr, 2>()
                     : direct_kernel<Tr, 4>();
-}
-// Kernel arguments of the bf16 rows [M, N] (contiguous) x -> y with weight w, eps 1e-6, exact
-// rounding; with a residual r (written back to ro) when r is not null.
-RmsNormKernelArgs make_args(bf16* x, bf16* w, bf16* y, bf16* r, bf16* ro, int64_t M, int64_t N) {
-  RmsNormKernelArgs a{};
-  a.x = x;
-  a.weight = w;
-  a.y = y;
-  a.rstd = nullptr;
-  a.x_rows =
-      core::make_row_layout(TensorRef::contiguous(x, DType::kBFloat16, {M, N}, Device::cuda(0)));
-  a.y_rows = a.x_rows;
-  if (r != nullptr) {
-    a.residual = r;
-    a.residual_out = ro;
-    a.r_rows = a.x_rows;
-    a.ro_rows = a.x_rows;
-  }
-  a.m = M;
-  a.n = N;
-  a.w_dtype = DType::kBFloat16;
-  a.y_dtype = DType::kBFloat16;
-  a.eps = 1e-6f;
-  a.w_offset = 0.f;
-  a.rounding = Rounding::kExact;
-  a.weight_vec = true;
-  return a;
 }
 // The library's lean direct kernel (plan.lean) at VPT vectors per thread, one block per row.
 template <int VPT>

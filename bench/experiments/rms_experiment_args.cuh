@@ -1,0 +1,43 @@
+// Kernel arguments of contiguous bf16 RMSNorm rows for the RMSNorm launch experiments (not part
+// of the build).
+#pragma once
+
+#include <cstdint>
+
+#include "core/row_layout.h"
+#include "cuda/common/dtype.cuh"
+#include "cuda/rms_norm/rms_norm_args.h"
+#include "ropenorm/tensor.h"
+
+namespace ropenorm::cuda {
+
+// Kernel arguments of the bf16 rows [M, N] (contiguous) x -> y with weight w, eps 1e-6, exact
+// rounding; with a residual r (written back to ro) when r is not null.
+inline RmsNormKernelArgs make_args(bf16* x, bf16* w, bf16* y, bf16* r, bf16* ro, int64_t M,
+                                   int64_t N) {
+  RmsNormKernelArgs a{};
+  a.x = x;
+  a.weight = w;
+  a.y = y;
+  a.rstd = nullptr;
+  a.x_rows =
+      core::make_row_layout(TensorRef::contiguous(x, DType::kBFloat16, {M, N}, Device::cuda(0)));
+  a.y_rows = a.x_rows;
+  if (r != nullptr) {
+    a.residual = r;
+    a.residual_out = ro;
+    a.r_rows = a.x_rows;
+    a.ro_rows = a.x_rows;
+  }
+  a.m = M;
+  a.n = N;
+  a.w_dtype = DType::kBFloat16;
+  a.y_dtype = DType::kBFloat16;
+  a.eps = 1e-6f;
+  a.w_offset = 0.f;
+  a.rounding = Rounding::kExact;
+  a.weight_vec = true;
+  return a;
+}
+
+}  // namespace ropenorm::cuda
