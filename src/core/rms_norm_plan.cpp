@@ -171,11 +171,13 @@ RmsNormPlan plan_rms_norm(int64_t n, int vec, int x_elem, int r_elem, bool has_w
       RmsNormPlan ring;
       if (plan_block_ring(n, nvec, vec, max_vpt, x_elem, r_elem, has_weight, ring)) return ring;
     }
-    const int vpt = rows <= few_rows ? wide : (rows <= mid_rows ? mid : many);
+    const bool early = lean_rows && many <= kLeanMaxVpt && rows <= kLeanEarlyRowsPerSm * sms;
+    const int vpt = early ? many : (rows <= few_rows ? wide : (rows <= mid_rows ? mid : many));
     // The direct kernel: registers only, no shared-memory ring, weight read from global memory.
     p.path = RmsNormPath::kBlockPerRow;
     p.vpt = vpt;
     p.lean = lean_rows && vpt <= kLeanMaxVpt;
+    p.early_weight = early;
     p.threads = round_up((nvec + vpt - 1) / vpt, 32);
     p.stages = 0;
     p.weight_in_smem = false;

@@ -80,6 +80,7 @@ struct RmsNormPlan {
   bool weight_in_smem = false;  ///< (w + o) staged in shared memory as fp32 (ring paths)
   int64_t smem_bytes = 0;       ///< dynamic shared memory per block
   bool lean = false;            ///< kBlockPerRow: the lean direct kernel (rms_norm_lean_rows)
+  bool early_weight = false;    ///< lean: the weight loaded with x, before the reduction
 };
 
 /// Largest number of vectors per thread the register-resident kernels are built for.
@@ -105,15 +106,23 @@ constexpr int64_t kMidRowsPerSm = 8;
 constexpr int kMidThreads = 256;
 /// Rows the lean direct kernel serves take the widest split up to kLeanFewRowsPerSm rows per
 /// multiprocessor when it has one vector per thread (kFewRowsPerSm otherwise) and the middle one
-/// up to kLeanMidRowsPerSm, and the lean kernel runs at most kLeanMaxVpt vectors per thread
-/// (H200, bf16, N = 4096: lean 512 x 1 at M = 512 2.74 us against 3.14 for lean 256 x 2; lean
-/// 256 x 2 at M = 4096 20.29 us against 21.09 for the direct kernel at 128 x 4, which at
-/// M = 8192 is ahead, 36.48 against 36.93; the lean kernel at 4 vectors per thread is slower
-/// than the direct one from M = 2048 on; N = 8192, M = 512: lean 512 x 2 5.50 us against 5.22
-/// for the direct kernel at 256 x 4; docs/performance.md).
+/// up to kLeanMidRowsPerSm, and the lean kernel runs at most kLeanMaxVpt vectors per thread.
+/// Up to kLeanEarlyRowsPerSm rows per multiprocessor they take the many-rows split on the lean
+/// kernel's early-weight form instead (the weight's loads issued with x's, before the
+/// reduction: one dependent memory round trip less per row, 4 more registers per vector, so
+/// fewer blocks per multiprocessor, which few rows do not need).
+/// H200, bf16, graph replay below 4096 rows, cold L2 from 4096 (log
+/// bench/results/rms-decode-108a33b-nvidia-h200.log, docs/performance.md): N = 4096, M = 1:
+/// early 128 x 4 1.51 us against lean 512 x 1 1.63; M = 132: 1.89 against 2.03; M = 512: lean
+/// 512 x 1 3.06, early 3.11-3.16; M = 4096: lean 256 x 2 20.00, 128 x 4 19.36. N = 8192,
+/// M = 1: early 256 x 4 1.72 against lean 512 x 2 2.14; M = 264: 3.15 against 3.63 (the direct
+/// kernel 4.22); M = 512: lean 256 x 4 4.68 against early 4.94 and the direct kernel 5.11;
+/// M = 32768: lean 256 x 4 256.4 against the direct kernel's 268.3 and early 327.1 (89
+/// registers: 2 blocks of 256 per multiprocessor).
 constexpr int64_t kLeanFewRowsPerSm = 4;
 constexpr int64_t kLeanMidRowsPerSm = 32;
-constexpr int kLeanMaxVpt = 2;
+constexpr int64_t kLeanEarlyRowsPerSm = 2;
+constexpr int kLeanMaxVpt = 4;
 /// Threads per row the block ring aims for (vectors per thread grow until the row fits them).
 constexpr int kRingThreads = 256;
 /// Ring depth of the block ring (H200, bf16 fused add, M = 32768: 2 stages, two blocks per SM,

@@ -255,9 +255,8 @@ TEST(GpuRmsNorm, BatchInvariance) {
     for (int64_t n : {64, 4096, 4095, 8192, 65536}) {
       std::vector<std::vector<uint64_t>> first_rows;
       // With 132 SMs: 1 row takes the block path's widest split, 255 and more the middle one
-      // (rows the lean kernel serves: 4096 columns take it at every M here, 1 to 528 rows at
-      // 512 x 1 and 4096 at 256 x 2; 8192 columns take it at M = 1 and the direct kernel at
-      // 255 and more).
+      // (rows the lean kernel serves, 4096 and 8192 columns: up to 264 rows its early-weight
+      // form at the many-rows split, 4096 rows its plain form at the middle split).
       for (int64_t m : {1, 255, 256, 4096}) {
         if (n >= 65536 && m > 256) continue;
         RmsNormCase c;
@@ -303,10 +302,14 @@ TEST(GpuRmsNorm, SplitInvariance) {
   ROPENORM_REQUIRE_GPU();
   const int64_t sms = cuda::device_sm_count();
   // Both sets of split boundaries: rows that take the lean direct kernel (4096 columns at
-  // 16-byte aligned offsets and pitches below, exact rounding) meet the direct kernel at the
-  // last (128 x 4).
-  const int64_t plan_rows[] = {1, sms + 1, core::kLeanFewRowsPerSm * sms + 1,
-                               core::kMidRowsPerSm * sms + 1, core::kLeanMidRowsPerSm * sms + 1};
+  // 16-byte aligned offsets and pitches below, exact rounding) take its early-weight form up to
+  // kLeanEarlyRowsPerSm rows per SM (1 and sms + 1 rows) and its plain form above.
+  const int64_t plan_rows[] = {1,
+                               sms + 1,
+                               core::kLeanEarlyRowsPerSm * sms + 1,
+                               core::kLeanFewRowsPerSm * sms + 1,
+                               core::kMidRowsPerSm * sms + 1,
+                               core::kLeanMidRowsPerSm * sms + 1};
   struct Variant {
     int64_t n;
     DType x, y;

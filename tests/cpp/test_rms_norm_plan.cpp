@@ -176,15 +176,15 @@ TEST(CpuRmsNormPlan, LeanRows) {
   EXPECT_TRUE(rms_norm_lean_rows(f, 4));
 }
 
-// Lean rows take the widest split up to 4 rows per SM (1 where it has 2 vectors per thread) and
-// the middle one up to 32, on the lean kernel at 1 and 2 vectors per thread; beyond, the
-// many-rows split on the direct kernel.
+// Lean rows take the many-rows split on the early-weight form up to 2 rows per SM, then the
+// widest split up to 4 rows per SM (1 where it has 2 vectors per thread), the middle one up to
+// 32 and the many-rows split beyond, on the lean kernel at 1, 2 and 4 vectors per thread.
 TEST(CpuRmsNormPlan, LeanSplitFollowsRowsPerSm) {
   constexpr int kSms = 132;
   struct Want {
     int64_t rows;
     int threads, vpt;
-    bool lean;
+    bool lean, early;
   };
   auto check = [&](int64_t n, std::initializer_list<Want> wants) {
     for (const Want& w : wants) {
@@ -193,19 +193,26 @@ TEST(CpuRmsNormPlan, LeanSplitFollowsRowsPerSm) {
       EXPECT_EQ(p.threads, w.threads) << n << " rows " << w.rows;
       EXPECT_EQ(p.vpt, w.vpt) << n << " rows " << w.rows;
       EXPECT_EQ(p.lean, w.lean) << n << " rows " << w.rows;
+      EXPECT_EQ(p.early_weight, w.early) << n << " rows " << w.rows;
     }
   };
-  check(4096, {{1, 512, 1, true},
-               {528, 512, 1, true},
-               {529, 256, 2, true},
-               {4224, 256, 2, true},
-               {4225, 128, 4, false}});
-  // Two vectors per thread at the widest split: lean up to one row per SM only.
-  check(8192, {{1, 512, 2, true}, {132, 512, 2, true}, {133, 256, 4, false}});
-  // Without lean rows the plan never takes the lean kernel, and the warp path never does.
+  check(4096, {{1, 128, 4, true, true},
+               {264, 128, 4, true, true},
+               {265, 512, 1, true, false},
+               {528, 512, 1, true, false},
+               {529, 256, 2, true, false},
+               {4224, 256, 2, true, false},
+               {4225, 128, 4, true, false}});
+  check(8192, {{1, 256, 4, true, true}, {264, 256, 4, true, true}, {265, 256, 4, true, false}});
+  // Rows that need 4 vectors per thread at 512 threads: that split at every row count.
+  check(16384, {{1, 512, 4, true, true}, {265, 512, 4, true, false}, {5000, 512, 4, true, false}});
+  // Without lean rows the plan never takes the lean kernel or its early weight, and the warp
+  // path never does.
   for (int64_t rows : {1, 600, 5000}) {
-    EXPECT_FALSE(plan_rms_norm(4096, 8, 2, 0, true, rows, kSms).lean) << rows;
-    EXPECT_FALSE(plan_rms_norm(1024, 8, 2, 0, true, rows, kSms, true).lean) << rows;
+    const auto direct = plan_rms_norm(4096, 8, 2, 0, true, rows, kSms);
+    EXPECT_FALSE(direct.lean || direct.early_weight) << rows;
+    const auto warp = plan_rms_norm(1024, 8, 2, 0, true, rows, kSms, true);
+    EXPECT_FALSE(warp.lean || warp.early_weight) << rows;
   }
 }
 

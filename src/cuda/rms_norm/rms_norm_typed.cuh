@@ -96,15 +96,24 @@ Status launch_grid(Kernel kernel, const RmsNormKernelArgs& a, int threads, cudaS
   return Status::Ok();
 }
 
+template <typename Tx, int V, int VPT>
+Status launch_lean_vpt(const RmsNormKernelArgs& a, const core::RmsNormPlan& p, cudaStream_t s) {
+  return p.early_weight ? launch_grid(rms_norm_lean_kernel<Tx, V, VPT, true>, a, p.threads, s)
+                        : launch_grid(rms_norm_lean_kernel<Tx, V, VPT>, a, p.threads, s);
+}
+
 template <typename Tx, typename Tr, int V>
 Status launch_lean(const RmsNormKernelArgs& a, const core::RmsNormPlan& p, cudaStream_t s) {
   if constexpr (std::is_same_v<Tr, NoResidual> && V > core::kScalarWidth) {
-    static_assert(core::kLeanMaxVpt == 2, "lean kernels are built for 1 and 2 vectors per thread");
+    static_assert(core::kLeanMaxVpt == 4,
+                  "lean kernels are built for 1, 2 and 4 vectors per thread");
     switch (p.vpt) {
       case 1:
-        return launch_grid(rms_norm_lean_kernel<Tx, V, 1>, a, p.threads, s);
+        return launch_lean_vpt<Tx, V, 1>(a, p, s);
       case 2:
-        return launch_grid(rms_norm_lean_kernel<Tx, V, 2>, a, p.threads, s);
+        return launch_lean_vpt<Tx, V, 2>(a, p, s);
+      case 4:
+        return launch_lean_vpt<Tx, V, 4>(a, p, s);
       default:
         break;
     }
