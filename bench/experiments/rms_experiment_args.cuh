@@ -1,8 +1,9 @@
-// Kernel arguments of contiguous bf16 RMSNorm rows for the RMSNorm launch experiments (not part
-// of the build).
+// Kernel arguments and input draws of contiguous bf16 RMSNorm rows for the RMSNorm launch
+// experiments (not part of the build).
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "core/row_layout.h"
 #include "cuda/common/dtype.cuh"
@@ -38,6 +39,18 @@ inline RmsNormKernelArgs make_args(bf16* x, bf16* w, bf16* y, bf16* r, bf16* ro,
   a.rounding = Rounding::kExact;
   a.weight_vec = true;
   return a;
+}
+
+/// bf16 bit patterns from an xorshift64 generator (state s, advanced): magnitudes within 256
+/// ulps of 0.5 (0x3f00), a random sign when `signs`.
+inline void fill_bf16_bits(std::vector<uint16_t>& h, uint64_t& s, bool signs) {
+  for (auto& e : h) {
+    s ^= s << 13;
+    s ^= s >> 7;
+    s ^= s << 17;
+    e = static_cast<uint16_t>(0x3f00 + (s >> 40) % 512 - 256 +
+                              (signs && ((s >> 20) & 1) ? 0x8000 : 0));
+  }
 }
 
 }  // namespace ropenorm::cuda

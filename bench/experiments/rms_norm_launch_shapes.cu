@@ -172,19 +172,9 @@ int main(int argc, char** argv) {
   {
     std::vector<uint16_t> h(MM * NN);
     uint64_t s = 88172645463325252ull;
-    for (auto& e : h) {
-      s ^= s << 13;
-      s ^= s >> 7;
-      s ^= s << 17;
-      e = 0x3f00 + (s >> 40) % 512 - 256 + ((s >> 20) & 1 ? 0x8000 : 0);
-    }
+    fill_bf16_bits(h, s, true);
     CK(cudaMemcpy(x, h.data(), h.size() * 2, cudaMemcpyHostToDevice));
-    for (auto& e : h) {
-      s ^= s << 13;
-      s ^= s >> 7;
-      s ^= s << 17;
-      e = 0x3f00 + (s >> 40) % 512 - 256;
-    }
+    fill_bf16_bits(h, s, false);
     CK(cudaMemcpy(r, h.data(), h.size() * 2, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(w, h.data(), NN * 2, cudaMemcpyHostToDevice));
   }
