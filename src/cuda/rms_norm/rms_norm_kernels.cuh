@@ -28,7 +28,10 @@
 //  - lean direct kernel (plan.lean: rows of one leading dimension, 16-byte aligned, no edge
 //    elements, a weight in x's dtype): the direct kernel's ownership without edge elements;
 //    thread t reads its vectors' weight as 16-byte vectors in x's dtype (plan.early_weight:
-//    right after its x vectors, into registers, before the reduction; else after it).
+//    right after its x vectors, into registers, before the reduction; else after it). Its
+//    fused-add form (Tr = Tx) has thread t also read its vectors of residual with its x vectors
+//    and write s to the same vectors of residual_out before the reduction, so residual_out may
+//    alias residual exactly.
 //  - two-pass kernel (rows too wide for registers): the block owns row blockIdx.x (then strides
 //    by gridDim.x); thread t loops over vectors t, t + 512, ...; pass one sums squares (and
 //    writes s), pass two re-reads its own elements and writes y.
