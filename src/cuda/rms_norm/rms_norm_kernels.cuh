@@ -28,10 +28,7 @@
 //  - lean direct kernel (plan.lean: rows of one leading dimension, 16-byte aligned, no edge
 //    elements, a weight in x's dtype): the direct kernel's ownership without edge elements;
 //    thread t reads its vectors' weight as 16-byte vectors in x's dtype (plan.early_weight:
-//    right after its x vectors, into registers, before the reduction; else after it). Its
-//    fused-add form (Tr = Tx) has thread t also read its vectors of residual with its x vectors
-//    and write s to the same vectors of residual_out before the reduction, so residual_out may
-//    alias residual exactly.
+//    right after its x vectors, into registers, before the reduction; else after it).
 //  - two-pass kernel (rows too wide for registers): the block owns row blockIdx.x (then strides
 //    by gridDim.x); thread t loops over vectors t, t + 512, ...; pass one sums squares (and
 //    writes s), pass two re-reads its own elements and writes y.
@@ -406,15 +403,10 @@ __global__ void __launch_bounds__(core::kRowsMaxThreads)
 /// same chunks, the same weight factor and output expression), so the same bits. kEarlyWeight:
 /// the thread's weight vectors are loaded (as stored, 16 bits each) right after its x vectors,
 /// before the reduction, instead of after it: the same bits, one dependent memory round trip
-/// less per row, VPT * V / 2 more registers. Tr = Tx: the fused add on such rows (residual and
-/// residual_out rows of one leading dimension, 16-byte aligned, in x's dtype), s = round(x + r)
-/// stored to residual_out and normalised, as process_row does it (no library plan takes this
-/// form yet; bench/experiments/rms_norm_decode.cu measures it).
-template <typename Tx, int V, int VPT, bool kEarlyWeight = false, typename Tr = NoResidual>
+/// less per row, VPT * V / 2 more registers.
+template <typename Tx, int V, int VPT, bool kEarlyWeight = false>
 __global__ void __launch_bounds__(core::kRowsMaxThreads)
     rms_norm_lean_kernel(const RmsNormKernelArgs a) {
-  constexpr bool kFused = !std::is_same_v<Tr, NoResidual>;
-  static_assert(!kFused || std::is_same_v<Tr, Tx>, "the lean fused add keeps s in x's dtype");
   __shared__ float scratch[VPT * core::kRowsMaxThreads / 32];
   const int tid = threadIdx.x;
   const int nthreads = blockDim.x;
@@ -423,8 +415,6 @@ __global__ void __launch_bounds__(core::kRowsMaxThreads)
   // Rows of one leading dimension (rms_norm_lean_rows): row m starts at m * stride.
   const int64_t x_stride = a.x_rows.nd == 0 ? 0 : a.x_rows.strides[0];
   const int64_t y_stride = a.y_rows.nd == 0 ? 0 : a.y_rows.strides[0];
-  const int64_t r_stride = !kFused || a.r_rows.nd == 0 ? 0 : a.r_rows.strides[0];
-  const int64_t ro_stride = !kFused || a.ro_rows.nd == 0 ? 0 : a.ro_rows.strides[0];
   griddep_wait();
   griddep_launch_dependents();
   for (int64_t row = blockIdx.x; row < a.m; row += gridDim.x) {
@@ -432,33 +422,14 @@ __global__ void __launch_bounds__(core::kRowsMaxThreads)
     float v[VPT][V];
     float part[VPT];
     RawVec<Tx, V> w_raw[kEarlyWeight ? VPT : 1];
-    RawVec<Tx, V> r_raw[kFused ? VPT : 1];
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
       const int j = tid + k * nthreads;
       if (j < nvec) {
         load_pack<Tx, V>(x + static_cast<int64_t>(j) * V, v[k]);
-        if constexpr (kFused) {
-          const Tx* r = static_cast<const Tx*>(a.residual) + row * r_stride;
-          load_raw<Tx, V>(r + static_cast<int64_t>(j) * V, r_raw[k]);
-        }
       } else {
 #pragma unroll
         for (int i = 0; i < V; ++i) v[k][i] = 0.0f;
-      }
-    }
-    if constexpr (kFused) {
-      Tx* s_row = static_cast<Tx*>(a.residual_out) + row * ro_stride;
-#pragma unroll
-      for (int k = 0; k < VPT; ++k) {
-        const int j = tid + k * nthreads;
-        if (j < nvec) {
-          float rv[V];
-          widen<Tx, V>(r_raw[k], rv);
-#pragma unroll
-          for (int i = 0; i < V; ++i) v[k][i] = round_through<Tx>(v[k][i] + rv[i]);
-          store_pack<Tx, V>(s_row + static_cast<int64_t>(j) * V, v[k]);
-        }
       }
     }
     if constexpr (kEarlyWeight) {
