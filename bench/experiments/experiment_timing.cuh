@@ -68,14 +68,14 @@ float time_med(F f, bool cold, int iters = 15) {
   return v[v.size() / 2];
 }
 
-/// Median over 10 replays of a graph of 50 calls f(stream), per call, in us.
+/// Median over 10 replays of a graph of n calls f(stream), per call, in us.
 template <class F>
-float time_graph(F f) {
+float time_graph(F f, int n = 50) {
   cudaStream_t s;
   cudaStreamCreate(&s);
   cudaGraph_t g;
   cudaGraphExec_t ge;
-  const int N = 50;
+  const int N = n;
   cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal);
   for (int i = 0; i < N; ++i) f(s);
   cudaStreamEndCapture(s, &g);

@@ -479,9 +479,14 @@ int main(int argc, char** argv) {
           library_run(qk_norm_rope_lean_run_kernel<bf16, float, false, LeanRowsI64<8>, true>);
       const auto r_i64_3 = library_run(
           qk_norm_rope_lean_run_kernel<bf16, float, false, LeanRowsI64<8>, false, 3>, 3);
-      std::vector<std::function<void()>> vs = {r_i64, r_i64_3, wcs2i, wcs3i};
+      const auto lean_per_token = [&] {
+        CK(launch_with_pdl(qk_norm_rope_lean_kernel<bf16, float, false, LeanLanesWeights<8>>,
+                           dim3(static_cast<unsigned>(t)), dim3(kLanes, kHeads), 0, nullptr, qa));
+      };
+      std::vector<std::function<void()>> vs = {r_i64, r_i64_3, wcs2i, wcs3i, lean_per_token};
       std::vector<const char*> names = {"run i64 rows", "run i64 rows 3 stages",
-                                        "interleaved ring 2", "interleaved ring 3"};
+                                        "interleaved ring 2", "interleaved ring 3",
+                                        "lean per token"};
       (void)v2, (void)v2p, (void)v3p, (void)r_lanes, (void)r_i64_l1, (void)pipe, (void)ring2,
           (void)ring3, (void)ring4d, (void)ring6d, (void)wcs2, (void)wcs3, (void)wcs4, (void)wcs4i;
       if (gptj) {  // the library's gptj kernels only (the experiment kernels are neox)

@@ -2,7 +2,9 @@
 // add_rms_norm_backward (bf16, contiguous rows, bf16 weight, saved rstd or recomputed) at
 // M = 4096 and 32768, N = 4096 and 8192, cold-L2 CUDA-event medians against the copy bandwidth of
 // the same run; built against two library versions it times one against the other. With the
-// argument "once" it runs each shape once (for a profiler); with "narrow" it also times rows of
+// argument "once" it runs each shape once (for a profiler); with "grid" it also times the block
+// ring at 4 vectors per thread with its resident blocks per SM capped at 4 ... 1 (function
+// grid_cap: fewer partial rows); with "narrow" it also times rows of
 // N = 256, 512 and 1024 (the warp-per-row ring) at other rows per block, ring depths and as the
 // block ring (function narrow), and single rows by part (function single); with "splits" it also
 // times the block-per-row ring kernel at every threads x vectors-per-thread split that fits (the
@@ -120,6 +122,65 @@ void splits(void* x, void* dy, void* ds, void* dx, void* dres, void* w, void* dw
         }
         std::printf("\n");
       }
+    }
+  }
+}
+
+// The production split's block ring (4 vectors per thread) with its resident blocks per SM
+// capped at k by padding its dynamic shared memory, so the grid (= partial rows the column sum
+// reads) shrinks: what do a launch's partial rows cost at a few thousand rows? dx must not
+// change (each row is one block's); dw's sum order does (more rows per partial).
+void grid_cap(void* x, void* dy, void* dx, void* w, void* dw, void* rstd, void* ws,
+              size_t ws_bytes) {
+  std::printf(
+      "\nblock ring at 4 vectors per thread, blocks per SM capped (rstd saved; us, cold)\n");
+  RmsNormBackwardParams bp;
+  bp.eps = 1e-6f;
+  std::vector<uint16_t> ref, got;
+  for (int64_t n : {4096, 8192}) {
+    for (int64_t m : {1024, 4096, 32768}) {
+      const BwdShape sh = bwd_shape(x, w, rstd, dx, ws, ws_bytes, dw, m, n);
+      const size_t count = static_cast<size_t>(m) * n;
+      check(rms_norm_backward(rows(dy, DType::kBFloat16, m, n), sh.x, sh.w, sh.rstd,
+                              rows(dx, DType::kBFloat16, m, n), sh.dw, sh.ws, bp),
+            "backward");
+      ref.resize(count);
+      CK(cudaMemcpy(ref.data(), dx, count * 2, cudaMemcpyDeviceToHost));
+      const float t_pub = time_med(
+          [&] {
+            check(rms_norm_backward(rows(dy, DType::kBFloat16, m, n), sh.x, sh.w, sh.rstd,
+                                    rows(dx, DType::kBFloat16, m, n), sh.dw, sh.ws, bp),
+                  "backward");
+          },
+          true);
+      std::printf("N=%5lld M=%6lld: public %7.2f", static_cast<long long>(n),
+                  static_cast<long long>(m), t_pub);
+      const cuda::RmsNormBwdKernelArgs a = bwd_args(dy, x, nullptr, w, rstd, dx, nullptr, ws, m, n);
+      const core::RmsNormBwdPlan p = split_plan(n, 4, 4);
+      for (int k : {4, 3, 2, 1}) {
+        core::RmsNormBwdPlan q = p;
+        q.smem_bytes = std::max<int64_t>(p.smem_bytes, 233472 / k - 2048);
+        int64_t grid = 0;
+        auto run = [&] {
+          check(cuda::launch_rms_norm_backward_typed<cuda::bf16, cuda::bf16>("cap", a, q, nullptr,
+                                                                             &grid),
+                "rows");
+          check(
+              cuda::launch_column_sum("cap", a.partials, grid, a.n, DType::kBFloat16, dw, nullptr),
+              "column sum");
+        };
+        CK(cudaMemset(dx, 0xff, count * 2));
+        run();
+        CK(cudaDeviceSynchronize());
+        got.resize(count);
+        CK(cudaMemcpy(got.data(), dx, count * 2, cudaMemcpyDeviceToHost));
+        size_t differ = 0;
+        for (size_t i = 0; i < count; ++i) differ += ref[i] != got[i];
+        const float t = time_med(run, true);
+        std::printf(" | %d/SM (grid %lld) %7.2f, %zu dx differ", k, static_cast<long long>(grid), t,
+                    differ);
+      }
+      std::printf(" us\n");
     }
   }
 }
@@ -325,6 +386,7 @@ int main(int argc, char** argv) {
           100.0 * fused_bytes / (t_fused * 1e3) / copy);
     }
   }
+  if (argc > 1 && std::strcmp(argv[1], "grid") == 0) grid_cap(x, dy, dx, w, dw, rstd, ws, ws_bytes);
   if (argc > 1 && std::strcmp(argv[1], "splits") == 0)
     splits(x, dy, ds, dx, dres, w, dw, rstd, ws, ws_bytes);
   if (argc > 1 && std::strcmp(argv[1], "narrow") == 0) {

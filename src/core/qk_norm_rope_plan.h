@@ -39,10 +39,11 @@ struct QkNormRopeFacts {
 constexpr int64_t kQkLeanMaxTokens = INT64_MAX;
 
 /// Fewest tokens the lean-run kernel serves (H200, bf16, D 128, 32 + 8 heads, f32 cache,
-/// random int64 positions, bench/experiments/qk_forward_persistent.cu at 3653989: 28.90 us
+/// random int64 positions, bench/experiments/qk_forward_persistent.cu: at 3653989 28.90 us
 /// against the lean kernel's 32.29 at T = 4096, 106.2 against 118.5 at 16384, 405.1 against
-/// 466.8 at 65536).
-constexpr int64_t kQkLeanRunMinTokens = 4096;
+/// 466.8 at 65536; with the ring and interleaved tokens at 94bfa0d 16.48 against 17.79 at
+/// T = 2048 (gptj 17.38 against 19.23), but 11.36 against 11.20 at 1024).
+constexpr int64_t kQkLeanRunMinTokens = 2048;
 /// Threads per block of the lean-run kernel at most: its launch bound, with
 /// kQkLeanRunMinBlocks resident blocks per multiprocessor (96 registers; 3 blocks and 64
 /// registers spilled and measured slower). Smaller blocks run as many per multiprocessor as

@@ -16,7 +16,10 @@
 //    and cos/sin, before the butterfly (the pair kernel loads them after it).
 // Each lane writes exactly the channels it read, after the whole head was read (the butterfly
 // follows every load), so in place is safe. The kernel waits for the previous kernel on the
-// stream (programmatic dependent launch) before its first global memory access.
+// stream (programmatic dependent launch) before its first global memory access and right after
+// the wait lets the next kernel launch (kTrigger: 1.69 -> 1.64 us per launch at T = 1 in graphs
+// of 20 launches, bench/experiments/lean_trigger.cu); the next kernel still waits for this one's
+// completion in its own wait.
 //
 // Lean-run kernel (core::QkKernel::kLeanRun, long runs): the same thread layout over a
 // persistent grid (grid (gx, head groups), block (g, rows), g = 8 or 16 fixed at compile time;
@@ -50,8 +53,10 @@ template <LeanPositions kPos>
 using LeanDecode = LeanSpec<8, kPos, true, true, core::kQkLeanDecodeThreads>;
 
 /// Lean QK-norm + RoPE of style kGptj with cos/sin tables of dtype C and the facts Spec fixes
-/// (rope_lean_spec.h); launched only as core::plan_qk_norm_rope's kLean allows.
-template <typename T, typename C, bool kGptj, typename Spec = LeanAny>
+/// (rope_lean_spec.h); launched only as core::plan_qk_norm_rope's kLean allows. kTrigger: let
+/// the next kernel on the stream launch right after the wait (griddep_launch_dependents; the
+/// launcher takes the default).
+template <typename T, typename C, bool kGptj, typename Spec = LeanAny, bool kTrigger = true>
 __global__ void __launch_bounds__(Spec::kMaxThreads)
     qk_norm_rope_lean_kernel(const QkNormRopeArgs args) {
   const int g = Spec::kLanes != 0 ? Spec::kLanes : static_cast<int>(blockDim.x);
@@ -59,6 +64,7 @@ __global__ void __launch_bounds__(Spec::kMaxThreads)
   const unsigned mask = g == 32 ? 0xffffffffu : ((1u << g) - 1u) << (lane & ~(g - 1));
   constexpr int V = core::kRopeLeanVec;
   griddep_wait();
+  if constexpr (kTrigger) griddep_launch_dependents();
   RopeLeanItem<T> it;
   rope_lean_load<T, C, kGptj, Spec>(args.rope, it);
   float w0[V], w1[V];
@@ -78,9 +84,10 @@ __global__ void __launch_bounds__(Spec::kMaxThreads)
 /// Lean-run QK-norm + RoPE of style kGptj with cos/sin tables of dtype C, Spec::kLanes lanes per
 /// head (8 or 16) and the other facts Spec fixes; the block's tokens interleaved over the grid
 /// (rope_block_tokens.cuh), its ring in dynamic shared memory (core::RopePlan::smem_bytes);
-/// kDataViaL1 and kStages as rope_lean_run's (the launcher takes the defaults).
+/// kDataViaL1 and kStages as rope_lean_run's (the launcher takes the defaults); kTrigger as the
+/// lean kernel's, off by default: on a persistent grid it measured no gain (lean_trigger.cu).
 template <typename T, typename C, bool kGptj, typename Spec, bool kDataViaL1 = kGptj,
-          int kStages = core::kRopeLeanRunStages>
+          int kStages = core::kRopeLeanRunStages, bool kTrigger = false>
 __global__ void __launch_bounds__(core::kQkLeanRunThreads, core::kQkLeanRunMinBlocks)
     qk_norm_rope_lean_run_kernel(const QkNormRopeArgs args) {
   static_assert(Spec::kLanes == 8 || Spec::kLanes == 16, "the lean run fixes the lanes");
@@ -96,6 +103,7 @@ __global__ void __launch_bounds__(core::kQkLeanRunThreads, core::kQkLeanRunMinBl
   const int hh = ln.hh, head = ln.head, oa = ln.oa, ob = ln.ob;
   const RopeOperand& out = ln.is_q ? a.q_out : a.k_out;
   griddep_wait();
+  if constexpr (kTrigger) griddep_launch_dependents();
   float w0[V], w1[V];
   qk_head_weights<V, std::conditional_t<Spec::kWeightsAsData, T, void>>(args, hh, oa, ob, w0, w1);
   rope_lean_run<T, C, Spec, kDataViaL1, false, kStages>(
