@@ -1,5 +1,6 @@
-// Helpers shared by the RoPE / QK-norm + RoPE experiments (decode.cu, qk_backward_lean.cu; not
-// part of the build): a library Status check, a kernel's register count, and the standard
+// Helpers shared by the RoPE / QK-norm + RoPE experiments (decode.cu, qk_backward_lean.cu,
+// qk_forward_persistent.cu, rope_lean_run.cu, lean_trigger.cu; not part of the build): a library
+// Status check, a kernel's register count, device results copied back as bits, and the standard
 // shape's device inputs (random bf16 values in [-2, 2), the default f32 cos/sin cache, random
 // int64 positions in [0, P)).
 #pragma once
@@ -31,6 +32,20 @@ inline int regs_of(const void* f) {
   cudaFuncAttributes fa;
   CK(cudaFuncGetAttributes(&fa, f));
   return fa.numRegs;
+}
+
+/// The first n 16-bit elements at device pointer p, as bits.
+inline std::vector<uint16_t> to_host16(const void* p, size_t n) {
+  std::vector<uint16_t> v(n);
+  CK(cudaMemcpy(v.data(), p, n * 2, cudaMemcpyDeviceToHost));
+  return v;
+}
+
+/// The first n 32-bit elements at device pointer p, as bits.
+inline std::vector<uint32_t> to_host32(const void* p, size_t n) {
+  std::vector<uint32_t> v(n);
+  CK(cudaMemcpy(v.data(), p, n * 4, cudaMemcpyDeviceToHost));
+  return v;
 }
 
 /// n random bf16 values in [-2, 2), as bits.

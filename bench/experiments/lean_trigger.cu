@@ -3,9 +3,10 @@
 // what the main job times?
 //  1. QK-norm + RoPE decode (bf16 q [T, 32, 128], k [T, 8, 128], neox, f32 cache of T rows,
 //     random int64 positions, rstd saved, as the main job's rows; T = 1, 8, 64): the public
-//     call, the decode instance (LeanDecode<kInt64>) without and with the trigger, and an
-//     experiment-local copy of the lean kernel's body with the trigger before the wait. Graph
-//     replay with 20 launches per graph (the main job's) and 50 (decode.cu's).
+//     call, the decode instance (LeanDecode<kInt64>) without and with the trigger, and a kernel
+//     running the lean kernel's per-thread work (qk_norm_rope_lean_thread) with the trigger
+//     before the wait. Graph replay with 20 launches per graph (the main job's) and 50
+//     (decode.cu's).
 //  2. Lean runs (T = 32768, 65536, cold L2; the library's plan for the call): RoPE forward alone,
 //     and the forward followed by the inverse rotation of its output (the main job's rope
 //     forward + backward row), each kernel without or with the trigger; QK-norm + RoPE forward
@@ -54,36 +55,12 @@ using Dec = LeanDecode<LeanPositions::kInt64>;
 /// (the next kernel may launch as soon as this one runs; it still waits for its completion).
 __global__ void __launch_bounds__(Dec::kMaxThreads)
     qk_decode_trigger_first(const QkNormRopeArgs args) {
-  constexpr int g = Dec::kLanes, V = core::kRopeLeanVec;
+  constexpr int g = Dec::kLanes;
   const int lane = (threadIdx.y * g + threadIdx.x) & 31;
   const unsigned mask = ((1u << g) - 1u) << (lane & ~(g - 1));
   griddep_launch_dependents();
   griddep_wait();
-  RopeLeanItem<bf16> it;
-  rope_lean_load<bf16, float, false, Dec>(args.rope, it);
-  float w0[V], w1[V];
-  qk_head_weights<V, bf16>(args, it.hh, it.oa, it.ob, w0, w1);
-  qk_pair_head<bf16, V, false, 2 * g * V>(
-      args, [&] { return it.y; }, it.t, it.hh, it.oa, it.ob, it.regs, it.c, it.sn, mask, g,
-      [&](float(&f0)[V], float(&f1)[V]) {
-#pragma unroll
-        for (int i = 0; i < V; ++i) {
-          f0[i] = w0[i];
-          f1[i] = w1[i];
-        }
-      });
-}
-
-std::vector<uint32_t> to_host32(const void* p, size_t n) {
-  std::vector<uint32_t> v(n);
-  CK(cudaMemcpy(v.data(), p, n * 4, cudaMemcpyDeviceToHost));
-  return v;
-}
-
-std::vector<uint16_t> to_host16(const void* p, size_t n) {
-  std::vector<uint16_t> v(n);
-  CK(cudaMemcpy(v.data(), p, n * 2, cudaMemcpyDeviceToHost));
-  return v;
+  qk_norm_rope_lean_thread<bf16, float, false, Dec>(args, g, mask);
 }
 
 }  // namespace

@@ -342,18 +342,6 @@ constexpr int ring_bytes() {
   return kStages * (2 + (kCosSin ? 4 : 0)) * 16 * kThreads;
 }
 
-std::vector<uint16_t> to_host16(const void* p, size_t n) {
-  std::vector<uint16_t> v(n);
-  CK(cudaMemcpy(v.data(), p, n * 2, cudaMemcpyDeviceToHost));
-  return v;
-}
-
-std::vector<float> to_host32(const float* p, size_t n) {
-  std::vector<float> v(n);
-  CK(cudaMemcpy(v.data(), p, n * 4, cudaMemcpyDeviceToHost));
-  return v;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {

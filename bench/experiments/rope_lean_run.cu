@@ -53,12 +53,6 @@ namespace {
 
 constexpr int kHq = 32, kHk = 8;
 
-std::vector<uint16_t> to_host16(const void* p, size_t n) {
-  std::vector<uint16_t> v(n);
-  CK(cudaMemcpy(v.data(), p, n * 2, cudaMemcpyDeviceToHost));
-  return v;
-}
-
 const char* plan_name(const core::RopePlan& p) {
   return p.lean_run ? "lean run" : (p.lean ? "lean" : "general");
 }

@@ -52,19 +52,13 @@ using LeanLanesWeights = LeanSpec<kLanes, LeanPositions::kAny, false, true>;
 template <LeanPositions kPos>
 using LeanDecode = LeanSpec<8, kPos, true, true, core::kQkLeanDecodeThreads>;
 
-/// Lean QK-norm + RoPE of style kGptj with cos/sin tables of dtype C and the facts Spec fixes
-/// (rope_lean_spec.h); launched only as core::plan_qk_norm_rope's kLean allows. kTrigger: let
-/// the next kernel on the stream launch right after the wait (griddep_launch_dependents; the
-/// launcher takes the default).
-template <typename T, typename C, bool kGptj, typename Spec = LeanAny, bool kTrigger = true>
-__global__ void __launch_bounds__(Spec::kMaxThreads)
-    qk_norm_rope_lean_kernel(const QkNormRopeArgs args) {
-  const int g = Spec::kLanes != 0 ? Spec::kLanes : static_cast<int>(blockDim.x);
-  const int lane = (threadIdx.y * g + threadIdx.x) & 31;
-  const unsigned mask = g == 32 ? 0xffffffffu : ((1u << g) - 1u) << (lane & ~(g - 1));
+/// Thread (x, y) of lean block (s, b), after the wait: loads its head's two vectors, the
+/// position, its c_i, s_i and weights (rope_lean_load, qk_head_weights), then normalises,
+/// rotates and stores them (qk_pair_head: butterfly over the g lanes in mask, lane 0 storing r).
+template <typename T, typename C, bool kGptj, typename Spec>
+__device__ __forceinline__ void qk_norm_rope_lean_thread(const QkNormRopeArgs& args, int g,
+                                                         unsigned mask) {
   constexpr int V = core::kRopeLeanVec;
-  griddep_wait();
-  if constexpr (kTrigger) griddep_launch_dependents();
   RopeLeanItem<T> it;
   rope_lean_load<T, C, kGptj, Spec>(args.rope, it);
   float w0[V], w1[V];
@@ -79,6 +73,21 @@ __global__ void __launch_bounds__(Spec::kMaxThreads)
           f1[i] = w1[i];
         }
       });
+}
+
+/// Lean QK-norm + RoPE of style kGptj with cos/sin tables of dtype C and the facts Spec fixes
+/// (rope_lean_spec.h); launched only as core::plan_qk_norm_rope's kLean allows. kTrigger: let
+/// the next kernel on the stream launch right after the wait (griddep_launch_dependents; the
+/// launcher takes the default).
+template <typename T, typename C, bool kGptj, typename Spec = LeanAny, bool kTrigger = true>
+__global__ void __launch_bounds__(Spec::kMaxThreads)
+    qk_norm_rope_lean_kernel(const QkNormRopeArgs args) {
+  const int g = Spec::kLanes != 0 ? Spec::kLanes : static_cast<int>(blockDim.x);
+  const int lane = (threadIdx.y * g + threadIdx.x) & 31;
+  const unsigned mask = g == 32 ? 0xffffffffu : ((1u << g) - 1u) << (lane & ~(g - 1));
+  griddep_wait();
+  if constexpr (kTrigger) griddep_launch_dependents();
+  qk_norm_rope_lean_thread<T, C, kGptj, Spec>(args, g, mask);
 }
 
 /// Lean-run QK-norm + RoPE of style kGptj with cos/sin tables of dtype C, Spec::kLanes lanes per
