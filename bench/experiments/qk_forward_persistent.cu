@@ -32,7 +32,9 @@
 // qk-forward-persistent-warp-cs-58e3061-*), so the instructions are not what limits; the same
 // kernel with each block's tokens interleaved over the grid (bx, bx + G, ...) instead of a
 // contiguous run ran 346.2 against 367.5 (qk-forward-persistent-interleave-58e3061-*), so the
-// library's lean runs interleave from the next commit on. Not part of the build:
+// library's lean runs interleave from the next commit on. At 1435871 the library's lean run with
+// the butterfly on the full warp mask (kFullWarps: 9 fewer instructions per round in the SASS,
+// no convergence check) joins the variants. Not part of the build:
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90,code=sm_90 -Iinclude -Isrc \
 //        bench/experiments/qk_forward_persistent.cu build/libropenorm.a -o qk_forward_persistent
 #include <cuda_runtime.h>
@@ -471,10 +473,14 @@ int main(int argc, char** argv) {
         CK(launch_with_pdl(qk_norm_rope_lean_kernel<bf16, float, false, LeanLanesWeights<8>>,
                            dim3(static_cast<unsigned>(t)), dim3(kLanes, kHeads), 0, nullptr, qa));
       };
-      std::vector<std::function<void()>> vs = {r_i64, r_i64_3, wcs2i, wcs3i, lean_per_token};
-      std::vector<const char*> names = {"run i64 rows", "run i64 rows 3 stages",
-                                        "interleaved ring 2", "interleaved ring 3",
-                                        "lean per token"};
+      const auto r_i64_full =
+          library_run(qk_norm_rope_lean_run_kernel<bf16, float, false, LeanRowsI64<8>, false,
+                                                   core::kRopeLeanRunStages, false, true>);
+      std::vector<std::function<void()>> vs = {r_i64, r_i64_full, r_i64_3,
+                                               wcs2i, wcs3i,      lean_per_token};
+      std::vector<const char*> names = {"run i64 rows",          "run i64 rows full mask",
+                                        "run i64 rows 3 stages", "interleaved ring 2",
+                                        "interleaved ring 3",    "lean per token"};
       (void)v2, (void)v2p, (void)v3p, (void)r_lanes, (void)r_i64_l1, (void)pipe, (void)ring2,
           (void)ring3, (void)ring4d, (void)ring6d, (void)wcs2, (void)wcs3, (void)wcs4, (void)wcs4i;
       if (gptj) {  // the library's gptj kernels only (the experiment kernels are neox)

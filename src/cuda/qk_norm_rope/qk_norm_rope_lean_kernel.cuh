@@ -94,9 +94,11 @@ __global__ void __launch_bounds__(Spec::kMaxThreads)
 /// head (8 or 16) and the other facts Spec fixes; the block's tokens interleaved over the grid
 /// (rope_block_tokens.cuh), its ring in dynamic shared memory (core::RopePlan::smem_bytes);
 /// kDataViaL1 and kStages as rope_lean_run's (the launcher takes the defaults); kTrigger as the
-/// lean kernel's, off by default: on a persistent grid it measured no gain (lean_trigger.cu).
+/// lean kernel's, off by default: on a persistent grid it measured no gain (lean_trigger.cu);
+/// kFullWarps: the caller promises that every warp of the block is full and that none of its
+/// rows exits, so the butterfly's shuffles name all 32 lanes (bench/experiments only).
 template <typename T, typename C, bool kGptj, typename Spec, bool kDataViaL1 = kGptj,
-          int kStages = core::kRopeLeanRunStages, bool kTrigger = false>
+          int kStages = core::kRopeLeanRunStages, bool kTrigger = false, bool kFullWarps = false>
 __global__ void __launch_bounds__(core::kQkLeanRunThreads, core::kQkLeanRunMinBlocks)
     qk_norm_rope_lean_run_kernel(const QkNormRopeArgs args) {
   static_assert(Spec::kLanes == 8 || Spec::kLanes == 16, "the lean run fixes the lanes");
@@ -106,7 +108,7 @@ __global__ void __launch_bounds__(core::kQkLeanRunThreads, core::kQkLeanRunMinBl
   extern __shared__ uint4 qk_lean_run_ring[];
   const RopeKernelArgs& a = args.rope;
   const int lane = (threadIdx.y * g + threadIdx.x) & 31;
-  const unsigned mask = g == 32 ? 0xffffffffu : ((1u << g) - 1u) << (lane & ~(g - 1));
+  const unsigned mask = g == 32 || kFullWarps ? 0xffffffffu : ((1u << g) - 1u) << (lane & ~(g - 1));
   const LeanRunLane ln = lean_run_lane<kGptj>(a, kD / 2);
   if (ln.hh >= a.hq + a.hk) return;
   const int hh = ln.hh, head = ln.head, oa = ln.oa, ob = ln.ob;
