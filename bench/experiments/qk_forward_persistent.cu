@@ -475,7 +475,7 @@ int main(int argc, char** argv) {
       };
       const auto r_i64_full =
           library_run(qk_norm_rope_lean_run_kernel<bf16, float, false, LeanRowsI64<8>, false,
-                                                   core::kRopeLeanRunStages, false, true>);
+                                                   core::kRopeLeanRunStages, true>);
       std::vector<std::function<void()>> vs = {r_i64, r_i64_full, r_i64_3,
                                                wcs2i, wcs3i,      lean_per_token};
       std::vector<const char*> names = {"run i64 rows",          "run i64 rows full mask",

@@ -159,8 +159,9 @@ TEST(GpuQkNormRope, ZeroHeadVectors) {
   }
 }
 
-// Long token runs (T > 4096, 16-bit q/k, R = D: the lean kernel over thousands of blocks, and
-// the pair kernel over hundreds, by inv_freq or with the lean kernel disallowed): every source,
+// Long token runs (T > 4096, 16-bit q/k, R = D: the lean run at D 128 and 256, the lean kernel
+// over thousands of blocks at D 64, and the pair kernel over hundreds, by inv_freq or with the
+// lean kernels disallowed): every source,
 // both styles, D 64 / 128 / 256, in place and out; and, with 32 + 8 heads, the last token's bits
 // equal those of the token alone (T = 1), and the pair kernel's bits the lean kernel's.
 TEST(GpuQkNormRope, LongRuns) {

@@ -93,12 +93,13 @@ __global__ void __launch_bounds__(Spec::kMaxThreads)
 /// Lean-run QK-norm + RoPE of style kGptj with cos/sin tables of dtype C, Spec::kLanes lanes per
 /// head (8 or 16) and the other facts Spec fixes; the block's tokens interleaved over the grid
 /// (rope_block_tokens.cuh), its ring in dynamic shared memory (core::RopePlan::smem_bytes);
-/// kDataViaL1 and kStages as rope_lean_run's (the launcher takes the defaults); kTrigger as the
-/// lean kernel's, off by default: on a persistent grid it measured no gain (lean_trigger.cu);
-/// kFullWarps: the caller promises that every warp of the block is full and that none of its
-/// rows exits, so the butterfly's shuffles name all 32 lanes (bench/experiments only).
+/// kDataViaL1 and kStages as rope_lean_run's (the launcher takes the defaults); kFullWarps: the
+/// caller promises that every warp of the block is full and that none of its rows exits, so the
+/// butterfly's shuffles name all 32 lanes (bench/experiments only so far). It lets the next
+/// kernel launch only when it exits: on a persistent grid an earlier trigger measured no gain
+/// (lean-trigger-ea00257-nvidia-h200.log).
 template <typename T, typename C, bool kGptj, typename Spec, bool kDataViaL1 = kGptj,
-          int kStages = core::kRopeLeanRunStages, bool kTrigger = false, bool kFullWarps = false>
+          int kStages = core::kRopeLeanRunStages, bool kFullWarps = false>
 __global__ void __launch_bounds__(core::kQkLeanRunThreads, core::kQkLeanRunMinBlocks)
     qk_norm_rope_lean_run_kernel(const QkNormRopeArgs args) {
   static_assert(Spec::kLanes == 8 || Spec::kLanes == 16, "the lean run fixes the lanes");
@@ -114,7 +115,6 @@ __global__ void __launch_bounds__(core::kQkLeanRunThreads, core::kQkLeanRunMinBl
   const int hh = ln.hh, head = ln.head, oa = ln.oa, ob = ln.ob;
   const RopeOperand& out = ln.is_q ? a.q_out : a.k_out;
   griddep_wait();
-  if constexpr (kTrigger) griddep_launch_dependents();
   float w0[V], w1[V];
   qk_head_weights<V, std::conditional_t<Spec::kWeightsAsData, T, void>>(args, hh, oa, ob, w0, w1);
   rope_lean_run<T, C, Spec, kDataViaL1, false, kStages>(

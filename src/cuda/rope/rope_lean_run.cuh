@@ -216,13 +216,9 @@ __device__ __forceinline__ void rope_lean_run(const RopeKernelArgs& a, uint4* ri
 /// (rope_rotate_regs, one rounding per output), so the lean kernel's bits; launched as
 /// core::plan_rope_lean_run plans it (ring: RopePlan::smem_bytes) for calls core::rope_lean_run
 /// accepts. kSwizzle, kDataViaL1 and kStages as rope_lean_run's (the launcher takes the
-/// defaults: gptj through the row swizzle, the planner's ring depth); kTrigger: let the next
-/// kernel on the stream launch right after the wait (griddep_launch_dependents), off by default:
-/// the forward followed by the inverse rotation took the same time with it
-/// (bench/experiments/lean_trigger.cu).
+/// defaults: gptj through the row swizzle, the planner's ring depth).
 template <typename T, typename C, bool kGptj, typename Spec, bool kSwizzle = kGptj,
-          bool kDataViaL1 = kGptj && !kSwizzle, int kStages = core::kRopeLeanRunStages,
-          bool kTrigger = false>
+          bool kDataViaL1 = kGptj && !kSwizzle, int kStages = core::kRopeLeanRunStages>
 __global__ void __launch_bounds__(core::kRopeLeanRunThreads, core::kRopeLeanRunMinBlocks)
     rope_lean_run_kernel(const RopeKernelArgs a) {
   constexpr int V = core::kRopeLeanVec;
@@ -232,7 +228,6 @@ __global__ void __launch_bounds__(core::kRopeLeanRunThreads, core::kRopeLeanRunM
   const int head = ln.head;
   const RopeOperand& out = ln.is_q ? a.q_out : a.k_out;
   griddep_wait();
-  if constexpr (kTrigger) griddep_launch_dependents();
   rope_lean_run<T, C, Spec, kDataViaL1, kSwizzle, kStages>(
       a, rope_lean_run_ring, ln,
       [&](int64_t, int64_t b, int64_t s, const RopeHeadRegs<T, V>& regs, const float(&c)[V],
