@@ -34,7 +34,9 @@
 // contiguous run ran 346.2 against 367.5 (qk-forward-persistent-interleave-58e3061-*), so the
 // library's lean runs interleave from the next commit on. At 1435871 the library's lean run with
 // the butterfly on the full warp mask (kFullWarps: 9 fewer instructions per round in the SASS,
-// no convergence check) joins the variants. Not part of the build:
+// no convergence check) joins the variants; from the next commit on, the flat walk (every
+// address one wide multiply-add of the 32-bit token index) alone and with the full mask, the
+// library's instance for this call (LeanFlatI64). Not part of the build:
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90,code=sm_90 -Iinclude -Isrc \
 //        bench/experiments/qk_forward_persistent.cu build/libropenorm.a -o qk_forward_persistent
 #include <cuda_runtime.h>
@@ -99,7 +101,8 @@ struct ExpThread {
                                             const RopeHeadRegs<bf16, kV>& regs,
                                             const float (&c)[kV], const float (&sn)[kV]) const {
     qk_pair_head<bf16, kV, false, kD>(
-        args, [&] { return y; }, t, hh, oa, ob, regs, c, sn, mask, kLanes,
+        args, [&] { return y; }, [&](float r) { qk_store_rstd(args, t, hh, r); }, oa, ob, regs, c,
+        sn, mask, kLanes,
         [&](float(&f0)[kV], float(&f1)[kV]) {
 #pragma unroll
           for (int i = 0; i < kV; ++i) {
@@ -473,12 +476,19 @@ int main(int argc, char** argv) {
         CK(launch_with_pdl(qk_norm_rope_lean_kernel<bf16, float, false, LeanLanesWeights<8>>,
                            dim3(static_cast<unsigned>(t)), dim3(kLanes, kHeads), 0, nullptr, qa));
       };
+      using FullOnly =
+          LeanSpec<8, LeanPositions::kInt64, true, false, core::kRopeLeanMaxThreads, false, true>;
+      using FlatOnly =
+          LeanSpec<8, LeanPositions::kInt64, true, false, core::kRopeLeanMaxThreads, true, false>;
       const auto r_i64_full =
-          library_run(qk_norm_rope_lean_run_kernel<bf16, float, false, LeanRowsI64<8>, false,
-                                                   core::kRopeLeanRunStages, true>);
-      std::vector<std::function<void()>> vs = {r_i64, r_i64_full, r_i64_3,
-                                               wcs2i, wcs3i,      lean_per_token};
+          library_run(qk_norm_rope_lean_run_kernel<bf16, float, false, FullOnly>);
+      const auto r_flat = library_run(qk_norm_rope_lean_run_kernel<bf16, float, false, FlatOnly>);
+      const auto r_flat_full =
+          library_run(qk_norm_rope_lean_run_kernel<bf16, float, false, LeanFlatI64<8>>);
+      std::vector<std::function<void()>> vs = {r_i64,   r_i64_full, r_flat, r_flat_full,
+                                               r_i64_3, wcs2i,      wcs3i,  lean_per_token};
       std::vector<const char*> names = {"run i64 rows",          "run i64 rows full mask",
+                                        "run flat i64",          "run flat i64 full mask",
                                         "run i64 rows 3 stages", "interleaved ring 2",
                                         "interleaved ring 3",    "lean per token"};
       (void)v2, (void)v2p, (void)v3p, (void)r_lanes, (void)r_i64_l1, (void)pipe, (void)ring2,

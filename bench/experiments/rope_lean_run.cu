@@ -19,7 +19,9 @@
 // D 64 (195.6 against 172.3) and, its data then through L2 only, far slower for gptj (489.1
 // against 374.5). At 5b97eb9 (rope-lean-run-stages-5b97eb9-nvidia-h200.log) the 3-stage ring
 // was no faster than the library's 2 (D 128 neox T = 65536 340.13 against 338.72 us, D 256
-// 676.16 against 660.51).
+// 676.16 against 660.51). From the flat walk's commit on, the lean run with the flat walk
+// (LeanRowsFlatI64: 62-71 registers against 86-96) at 2, 3 and 4 x 320 threads per
+// multiprocessor joins; the library's call takes it for these calls.
 // Cold-L2 CUDA-event medians. Arguments (optional): config names, "--", run lengths
 // (e.g. `rope_lean_run "D128 neox" "D256 neox" -- 16384 65536`). Not part of the build:
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90,code=sm_90 -Iinclude -Isrc \
@@ -145,6 +147,10 @@ int main(int argc, char** argv) {
         const auto kernel = gptj ? rope_lean_run_kernel<bf16, float, true, LeanRows>
                                  : rope_lean_run_kernel<bf16, float, false, LeanRows>;
         vs.push_back([&, kernel, run] { CK(launch_lean_layout(kernel, run, nullptr, ra)); });
+        names.push_back("flat run " + std::to_string(per) + "x320/SM");
+        const auto flat = gptj ? rope_lean_run_kernel<bf16, float, true, LeanRowsFlatI64>
+                               : rope_lean_run_kernel<bf16, float, false, LeanRowsFlatI64>;
+        vs.push_back([&, flat, run] { CK(launch_lean_layout(flat, run, nullptr, ra)); });
         if (per == 2) {  // blocks of at most 160 threads, 4 per SM: half a D 128 token per block
           const core::RopePlan half = core::plan_rope_lean_run(lf, 160, 4, sms, 4096);
           names.push_back("run 4x160/SM (" + std::to_string(half.head_groups) + " head groups)");

@@ -123,14 +123,17 @@ struct QkLeanInstanceFacts {
 /// threads; else kLanesWeights for 8 or 16 lanes and weights in the data dtype; else kAny.
 QkLeanInstance qk_lean_instance(const QkLeanInstanceFacts& f);
 
-/// Instances of the lean-run kernel (cuda/rope/rope_lean_spec.h); both give the same bits.
+/// Instances of the lean-run kernel (cuda/rope/rope_lean_spec.h); all give the same bits.
 enum class QkLeanRunInstance {
   kLanes,         ///< 8 or 16 lanes per head; positions and the cos/sin source at run time
   kLanesRowsI64,  ///< also int64 explicit positions and cos/sin rows by position fixed
+  kFlatI64,       ///< also flat tokens (core::flat_tokens) and full warps (lean_run_full_warps)
 };
 
-/// kLanesRowsI64 for cos/sin rows by position (a cache or a [P, R] table) with int64 explicit
-/// positions (explicit_position_bits 64), else kLanes.
-QkLeanRunInstance qk_lean_run_instance(bool cos_sin_rows, int explicit_position_bits);
+/// kFlatI64 for cos/sin rows by position (a cache or a [P, R] table) with int64 explicit
+/// positions (explicit_position_bits 64), flat tokens and full warps; kLanesRowsI64 for those
+/// rows and positions otherwise; else kLanes.
+QkLeanRunInstance qk_lean_run_instance(bool cos_sin_rows, int explicit_position_bits, bool flat,
+                                       bool full_warps);
 
 }  // namespace ropenorm::core

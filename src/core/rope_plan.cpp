@@ -127,6 +127,25 @@ bool rope_lean_run(const RopeLeanFacts& f) {
   return lean_run_shape(f, kRopeLeanRunMinTokens) && f.cos_sin_rows;
 }
 
+bool flat_tokens(int64_t batch, int64_t seq, const TokenStrides* ops, int count) {
+  if (batch * seq > kFlatMaxTokens) return false;
+  for (int i = 0; i < count; ++i) {
+    const TokenStrides& o = ops[i];
+    if (batch > 1 && o.sb != seq * o.ss) return false;
+    if (o.ss < 0 || o.ss > kFlatMaxStrideBytes / o.elem_size) return false;
+  }
+  return true;
+}
+
+bool lean_run_full_warps(const RopePlan& p, int64_t heads) {
+  return p.lean_run && (int64_t{p.bx} * p.by) % 32 == 0 && int64_t{p.by} * p.head_groups == heads;
+}
+
+RopeLeanRunInstance rope_lean_run_instance(int explicit_position_bits, bool flat) {
+  return explicit_position_bits == 64 && flat ? RopeLeanRunInstance::kRowsFlatI64
+                                              : RopeLeanRunInstance::kRows;
+}
+
 RopePlan plan_rope_call(const RopeLeanFacts& f, bool allow_lean, int sm_count) {
   if (allow_lean && rope_lean_run(f)) {
     return plan_rope_lean_run(f, kRopeLeanRunThreads, kRopeLeanRunMinBlocks, sm_count,

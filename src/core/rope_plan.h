@@ -179,6 +179,36 @@ bool lean_run_shape(const RopeLeanFacts& f, int64_t min_tokens);
 /// cos/sin rows indexed by position (a cache or a [P, R] table).
 bool rope_lean_run(const RopeLeanFacts& f);
 
+/// One operand's token strides in elements (token (b, s) at b * sb + s * ss) and its element
+/// size in bytes.
+struct TokenStrides {
+  int64_t sb = 0, ss = 0;
+  int64_t elem_size = 1;
+};
+/// Most tokens and largest token stride in bytes of a flat walk: its token index and byte
+/// strides are 32-bit (one wide multiply-add per address).
+constexpr int64_t kFlatMaxTokens = (int64_t{1} << 31) - 1;
+constexpr int64_t kFlatMaxStrideBytes = (int64_t{1} << 32) - 1;
+
+/// Token t = b S + s of each of the `count` operands sits at t * ss (one sequence, B = 1, or
+/// sb = S * ss), with T <= kFlatMaxTokens and 0 <= ss * elem_size <= kFlatMaxStrideBytes: a
+/// lean run may then address every operand from t alone (cuda/rope/rope_lean_run.cuh).
+bool flat_tokens(int64_t batch, int64_t seq, const TokenStrides* ops, int count);
+
+/// Every warp of a lean-run block is full and no thread row exits (lanes x rows a multiple of
+/// 32 and the head groups' rows exactly the heads), so a row's butterfly may name all 32 lanes.
+bool lean_run_full_warps(const RopePlan& p, int64_t heads);
+
+/// Instances of the RoPE lean-run kernel (cuda/rope/rope_lean_spec.h); both give the same bits.
+enum class RopeLeanRunInstance {
+  kRows,         ///< cos/sin rows by position; positions at run time
+  kRowsFlatI64,  ///< also int64 explicit positions and flat tokens (flat_tokens)
+};
+
+/// kRowsFlatI64 for int64 explicit positions (explicit_position_bits 64) and flat tokens, else
+/// kRows (every call rope_lean_run accepts has cos/sin rows by position).
+RopeLeanRunInstance rope_lean_run_instance(int explicit_position_bits, bool flat);
+
 /// The RoPE launcher's plan for a call (f.vec its vector width) on a device of sm_count
 /// multiprocessors: when allow_lean, the lean run for calls rope_lean_run accepts
 /// (plan_rope_lean_run with kRopeLeanRunThreads, kRopeLeanRunMinBlocks, kRopeLeanRunMaxGrid),

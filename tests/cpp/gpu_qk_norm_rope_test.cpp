@@ -279,7 +279,10 @@ TEST(GpuQkNormRope, LeanKernelMatchesPairKernel) {
 // tables (cache, Hugging Face table, per-token gathered), bf16 / f16 / f32 weights with an
 // offset, int64 / int32 / implicit positions with per-sequence offsets, in place, D 128 and 256,
 // one sequence and batches whose sequences end inside a block's run of tokens, one and two head
-// groups, blocks of 96 to 320 threads.
+// groups, blocks of 96 to 320 threads. Every instance core::qk_lean_run_instance picks: flat
+// tokens and full warps with int64 positions and cache rows (32 + 8 heads, one sequence and a
+// batch, D 128 and 256), the same rows and positions with a partial warp (16 + 1 heads, D 128 and
+// 256), and the rest.
 TEST(GpuQkNormRope, LeanRunMatchesPairKernel) {
   ROPENORM_REQUIRE_GPU();
   struct Variant {
@@ -309,6 +312,14 @@ TEST(GpuQkNormRope, LeanRunMatchesPairKernel) {
        DType::kBFloat16, 256, 32, 8, RopePosKind::kI64, 0, core::kQkLeanRunMinTokens + 5, false},
       {DType::kFloat16, RopeStyle::kGptj, false, CosSinKind::kCache, DType::kFloat32,
        DType::kFloat16, 128, 9, 3, RopePosKind::kI32, 2, 2500, true},
+      // Flat tokens over a batch, full warps.
+      {DType::kBFloat16, RopeStyle::kGptj, false, CosSinKind::kCache, DType::kFloat32,
+       DType::kBFloat16, 128, 32, 8, RopePosKind::kI64, 3, 1501, false},
+      // 17 heads: 136 / 272 threads, the last warp partial (int64 positions, cache rows).
+      {DType::kBFloat16, RopeStyle::kNeox, false, CosSinKind::kCache, DType::kFloat32,
+       DType::kBFloat16, 128, 16, 1, RopePosKind::kI64, 2, 1100, false},
+      {DType::kFloat16, RopeStyle::kNeox, true, CosSinKind::kCache, DType::kFloat16,
+       DType::kFloat16, 256, 16, 1, RopePosKind::kI64, 0, core::kQkLeanRunMinTokens + 1, true},
   };
   uint64_t seed = 480;
   for (const Variant& v : variants) {

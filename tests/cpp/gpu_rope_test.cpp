@@ -64,6 +64,7 @@ struct LeanVariant {
   int64_t hq, hk, head_dim, batch, seq;
   RopePosKind pos_kind;
   bool in_place;
+  bool hf_bhsd = false;  ///< Hugging Face [B, H, S, D] buffers (k present)
 };
 
 RopeCase lean_variant_case(const LeanVariant& v, uint64_t seed) {
@@ -81,7 +82,9 @@ RopeCase lean_variant_case(const LeanVariant& v, uint64_t seed) {
   c.seq = v.seq;
   c.pos_kind = v.pos_kind;
   c.table_rows = 8192;
-  c.layout = v.hk > 0 ? RopeLayout::kPackedQkv : RopeLayout::kSeparate;
+  c.layout = v.hf_bhsd  ? RopeLayout::kHfBhsd
+             : v.hk > 0 ? RopeLayout::kPackedQkv
+                        : RopeLayout::kSeparate;
   c.in_place = v.in_place;
   c.seed = seed;
   return c;
@@ -435,8 +438,10 @@ TEST(GpuRope, LeanKernelMatchesGeneralKernel) {
 // position kind, one sequence and B x S (sequences ending inside a block's stride), two head
 // groups (D 256, 32 + 8 heads; D 128, 41 heads with an idle row and a partial last warp), 8 and
 // 16 lanes a row in both styles, small blocks several to a multiprocessor, k absent, in and out
-// of place. Each case is first checked against the oracle, and the plan the launcher reports is
-// the lean run (the general kernel with the lean ones disallowed).
+// of place; int64 positions on flat tokens (the flat walk: one sequence, a packed batch, k
+// absent) and on Hugging Face [B, H, S, D] buffers of two sequences (not flat). Each case is first
+// checked against the oracle, and the plan the launcher reports is the lean run (the general kernel
+// with the lean ones disallowed).
 TEST(GpuRope, LeanRunMatchesGeneralKernel) {
   ROPENORM_REQUIRE_GPU();
   const int64_t n = core::kRopeLeanRunMinTokens;
@@ -459,6 +464,13 @@ TEST(GpuRope, LeanRunMatchesGeneralKernel) {
       // 9 + 1 heads: 80-thread blocks, the last warp half full.
       {DType::kFloat16, RopeStyle::kGptj, true, CosSinKind::kCache, DType::kFloat32, 9, 1, 128, 3,
        1400, RopePosKind::kArangeSeqOffs, true},
+      // int64 positions: k absent on flat tokens; [B, H, S, D] buffers (not flat), both styles.
+      {DType::kBFloat16, RopeStyle::kNeox, false, CosSinKind::kCache, DType::kFloat32, 16, 0, 128,
+       0, n + 2, RopePosKind::kI64, false},
+      {DType::kBFloat16, RopeStyle::kNeox, false, CosSinKind::kCache, DType::kFloat32, 32, 8, 128,
+       2, 2101, RopePosKind::kI64, false, true},
+      {DType::kFloat16, RopeStyle::kGptj, true, CosSinKind::kHfCosSin, DType::kFloat16, 16, 4, 256,
+       2, 2101, RopePosKind::kI64, true, true},
   };
   uint64_t seed = 1200;
   for (const LeanVariant& v : variants) {

@@ -170,10 +170,32 @@ TEST(CpuQkNormRopePlan, LeanRunForLongRuns) {
 }
 
 TEST(CpuQkNormRopePlan, LeanRunInstance) {
-  EXPECT_EQ(qk_lean_run_instance(true, 64), QkLeanRunInstance::kLanesRowsI64);
-  EXPECT_EQ(qk_lean_run_instance(true, 32), QkLeanRunInstance::kLanes);
-  EXPECT_EQ(qk_lean_run_instance(true, 0), QkLeanRunInstance::kLanes);
-  EXPECT_EQ(qk_lean_run_instance(false, 64), QkLeanRunInstance::kLanes);  // gathered rows
+  EXPECT_EQ(qk_lean_run_instance(true, 64, true, true), QkLeanRunInstance::kFlatI64);
+  EXPECT_EQ(qk_lean_run_instance(true, 64, false, true), QkLeanRunInstance::kLanesRowsI64);
+  EXPECT_EQ(qk_lean_run_instance(true, 64, true, false), QkLeanRunInstance::kLanesRowsI64);
+  EXPECT_EQ(qk_lean_run_instance(true, 64, false, false), QkLeanRunInstance::kLanesRowsI64);
+  for (bool flat : {false, true}) {
+    EXPECT_EQ(qk_lean_run_instance(true, 32, flat, true), QkLeanRunInstance::kLanes);
+    EXPECT_EQ(qk_lean_run_instance(true, 0, flat, true), QkLeanRunInstance::kLanes);
+    EXPECT_EQ(qk_lean_run_instance(false, 64, flat, true), QkLeanRunInstance::kLanes);  // gathered
+  }
+}
+
+// Full warps on the lean-run plans the GPU tests take: 32 + 8 heads at D 128 (one group of 40
+// rows of 8 lanes) and D 256 (two groups of 20 rows of 16 lanes) are full; 16 + 1 heads (136 or
+// 272 threads) and 36 + 8 at D 128 (two groups of 22 rows: 176 threads) are not.
+TEST(CpuQkNormRopePlan, LeanRunFullWarps) {
+  auto plan = [](int64_t heads, int64_t d) {
+    const QkNormRopePlan p = plan_qk_norm_rope(facts(65536, heads, d, d, 8, 2, true, true));
+    EXPECT_EQ(p.kernel, QkKernel::kLeanRun);
+    return p.rope;
+  };
+  EXPECT_TRUE(lean_run_full_warps(plan(40, 128), 40));
+  EXPECT_TRUE(lean_run_full_warps(plan(40, 256), 40));
+  EXPECT_FALSE(lean_run_full_warps(plan(17, 128), 17));
+  EXPECT_FALSE(lean_run_full_warps(plan(17, 256), 17));
+  EXPECT_FALSE(lean_run_full_warps(plan(44, 128), 44));
+  EXPECT_TRUE(lean_run_full_warps(plan(48, 256), 48));  // three groups of 16 rows
 }
 
 TEST(CpuQkNormRopePlan, VectorKernelWhenThePairKernelDoesNotApply) {

@@ -266,6 +266,42 @@ TEST(CpuRopePlan, LeanRunRule) {
   EXPECT_FALSE(rope_lean_run(f));
 }
 
+// Flat tokens: one sequence, or every operand's batch stride S times its token stride; the
+// 32-bit bounds on T and on the token strides in bytes.
+TEST(CpuRopePlan, FlatTokens) {
+  const TokenStrides packed{4096 * 6144, 6144, 2};  // [B, S, (32 + 2 x 8) x 128] bf16
+  const TokenStrides pos{4096, 1, 8};               // [B, S] int64
+  const TokenStrides ops[] = {packed, packed, pos};
+  EXPECT_TRUE(flat_tokens(8, 4096, ops, 3));
+  EXPECT_TRUE(flat_tokens(1, 65536, ops, 3));
+  // Hugging Face [B, H, S, D] viewed as [B, S, H, D]: flat only for one sequence.
+  const TokenStrides bhsd[] = {{32 * 4096 * 128, 128, 2}};
+  EXPECT_FALSE(flat_tokens(2, 4096, bhsd, 1));
+  EXPECT_TRUE(flat_tokens(1, 4096, bhsd, 1));
+  // Positions broadcast over the batch ([1, S] expanded: batch stride 0).
+  const TokenStrides shared_pos[] = {packed, {0, 1, 8}};
+  EXPECT_FALSE(flat_tokens(8, 4096, shared_pos, 2));
+  EXPECT_TRUE(flat_tokens(1, 4096, shared_pos, 2));
+  // The bounds.
+  EXPECT_TRUE(flat_tokens(1, kFlatMaxTokens, ops, 3));
+  EXPECT_FALSE(flat_tokens(1, kFlatMaxTokens + 1, ops, 3));
+  EXPECT_FALSE(flat_tokens(2, kFlatMaxTokens / 2 + 1, ops, 0));
+  const TokenStrides widest[] = {{0, kFlatMaxStrideBytes / 2, 2}};
+  EXPECT_TRUE(flat_tokens(1, 16, widest, 1));
+  const TokenStrides too_wide[] = {{0, kFlatMaxStrideBytes / 2 + 1, 2}};
+  EXPECT_FALSE(flat_tokens(1, 16, too_wide, 1));
+  const TokenStrides negative[] = {{0, -1, 2}};
+  EXPECT_FALSE(flat_tokens(1, 16, negative, 1));
+  EXPECT_TRUE(flat_tokens(3, 7, ops, 0));  // no operand: only T bounds it
+}
+
+TEST(CpuRopePlan, LeanRunInstance) {
+  EXPECT_EQ(rope_lean_run_instance(64, true), RopeLeanRunInstance::kRowsFlatI64);
+  EXPECT_EQ(rope_lean_run_instance(64, false), RopeLeanRunInstance::kRows);
+  EXPECT_EQ(rope_lean_run_instance(32, true), RopeLeanRunInstance::kRows);
+  EXPECT_EQ(rope_lean_run_instance(0, true), RopeLeanRunInstance::kRows);
+}
+
 TEST(CpuRopePlan, LeanRunLaunchShape) {
   // D 128, 32 + 8 heads: one block of 8 x 40 = 320 threads, kRopeLeanRunMinBlocks per SM.
   RopeLeanFacts f = lean_facts(65536, 40, 64, 128);

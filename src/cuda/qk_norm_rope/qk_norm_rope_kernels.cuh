@@ -356,18 +356,20 @@ __device__ __forceinline__ void qk_head_weights(const QkNormRopeArgs& args, int 
   }
 }
 
-/// One thread's part of head hh of token t in the pair and lean kernels: rms over the head's D
+/// One thread's part of a head of one token in the pair and lean kernels: rms over the head's D
 /// channels (kD, or the argument block's D when kD is 0; butterfly over the g lanes in mask),
 /// (w + o) scaling with the weights weights(w0, w1)
 /// yields (called after the butterfly: the pair kernel loads them there, the lean kernel
 /// hands over ones it loaded with the data), rotation, store at y = out() (the head's output,
 /// asked for after the rotation: the pair kernel's register allocation depends on that order);
-/// lane 0 stores r.
-template <typename T, int V, bool kGptj, int kD = 0, typename OutFn, typename WeightsFn>
-__device__ __forceinline__ void qk_pair_head(const QkNormRopeArgs& args, OutFn&& out, int64_t t,
-                                             int hh, int oa, int ob, const RopeHeadRegs<T, V>& regs,
-                                             const float (&c)[V], const float (&sn)[V],
-                                             unsigned mask, int g, WeightsFn&& weights) {
+/// lane 0 hands r to store_r(r) (qk_store_rstd's slot).
+template <typename T, int V, bool kGptj, int kD = 0, typename OutFn, typename StoreRFn,
+          typename WeightsFn>
+__device__ __forceinline__ void qk_pair_head(const QkNormRopeArgs& args, OutFn&& out,
+                                             StoreRFn&& store_r, int oa, int ob,
+                                             const RopeHeadRegs<T, V>& regs, const float (&c)[V],
+                                             const float (&sn)[V], unsigned mask, int g,
+                                             WeightsFn&& weights) {
   float x0[V], x1[V];
   widen<T, V>(regs.x0, x0);
   widen<T, V>(regs.x1, x1);
@@ -389,7 +391,7 @@ __device__ __forceinline__ void qk_pair_head(const QkNormRopeArgs& args, OutFn&&
   T* y = out();
   store_pack<T, V>(y + oa, x0);
   store_pack<T, V>(y + ob, x1);
-  if (threadIdx.x == 0) qk_store_rstd(args, t, hh, r);
+  if (threadIdx.x == 0) store_r(r);
 }
 
 /// Pair kernel, token t: normalises and rotates the thread's pairs in every head it owns.
@@ -405,8 +407,8 @@ __device__ __forceinline__ void qk_pair_token(const QkNormRopeArgs& args, int64_
       [&](int hh, int oa, int ob, const RopeHeadRegs<T, V>& regs, const float(&c)[V],
           const float(&sn)[V]) {
         qk_pair_head<T, V, kGptj>(
-            args, [&] { return rope_out_head<T>(a, tp, hh); }, t, hh, oa, ob, regs, c, sn, mask,
-            blockDim.x,
+            args, [&] { return rope_out_head<T>(a, tp, hh); },
+            [&](float r) { qk_store_rstd(args, t, hh, r); }, oa, ob, regs, c, sn, mask, blockDim.x,
             [&](float(&f0)[V], float(&f1)[V]) { qk_head_weights<V>(args, hh, oa, ob, f0, f1); });
       });
 }

@@ -65,7 +65,8 @@ __device__ __forceinline__ void qk_norm_rope_lean_thread(const QkNormRopeArgs& a
   qk_head_weights<V, std::conditional_t<Spec::kWeightsAsData, T, void>>(args, it.hh, it.oa, it.ob,
                                                                         w0, w1);
   qk_pair_head<T, V, kGptj, 2 * Spec::kLanes * V>(
-      args, [&] { return it.y; }, it.t, it.hh, it.oa, it.ob, it.regs, it.c, it.sn, mask, g,
+      args, [&] { return it.y; }, [&](float r) { qk_store_rstd(args, it.t, it.hh, r); }, it.oa,
+      it.ob, it.regs, it.c, it.sn, mask, g,
       [&](float(&f0)[V], float(&f1)[V]) {
 #pragma unroll
         for (int i = 0; i < V; ++i) {
@@ -91,15 +92,14 @@ __global__ void __launch_bounds__(Spec::kMaxThreads)
 }
 
 /// Lean-run QK-norm + RoPE of style kGptj with cos/sin tables of dtype C, Spec::kLanes lanes per
-/// head (8 or 16) and the other facts Spec fixes; the block's tokens interleaved over the grid
+/// head (8 or 16) and the other facts Spec fixes (Spec::kFlat: the flat walk; Spec::kFullWarps:
+/// the butterfly's shuffles name all 32 lanes); the block's tokens interleaved over the grid
 /// (rope_block_tokens.cuh), its ring in dynamic shared memory (core::RopePlan::smem_bytes);
-/// kDataViaL1 and kStages as rope_lean_run's (the launcher takes the defaults); kFullWarps: the
-/// caller promises that every warp of the block is full and that none of its rows exits, so the
-/// butterfly's shuffles name all 32 lanes (bench/experiments only so far). It lets the next
-/// kernel launch only when it exits: on a persistent grid an earlier trigger measured no gain
-/// (lean-trigger-ea00257-nvidia-h200.log).
+/// kDataViaL1 and kStages as rope_lean_run's (the launcher takes the defaults). It lets the
+/// next kernel launch only when it exits: on a persistent grid an earlier trigger measured no
+/// gain (lean-trigger-ea00257-nvidia-h200.log).
 template <typename T, typename C, bool kGptj, typename Spec, bool kDataViaL1 = kGptj,
-          int kStages = core::kRopeLeanRunStages, bool kFullWarps = false>
+          int kStages = core::kRopeLeanRunStages>
 __global__ void __launch_bounds__(core::kQkLeanRunThreads, core::kQkLeanRunMinBlocks)
     qk_norm_rope_lean_run_kernel(const QkNormRopeArgs args) {
   static_assert(Spec::kLanes == 8 || Spec::kLanes == 16, "the lean run fixes the lanes");
@@ -109,21 +109,34 @@ __global__ void __launch_bounds__(core::kQkLeanRunThreads, core::kQkLeanRunMinBl
   extern __shared__ uint4 qk_lean_run_ring[];
   const RopeKernelArgs& a = args.rope;
   const int lane = (threadIdx.y * g + threadIdx.x) & 31;
-  const unsigned mask = g == 32 || kFullWarps ? 0xffffffffu : ((1u << g) - 1u) << (lane & ~(g - 1));
+  const unsigned mask =
+      g == 32 || Spec::kFullWarps ? 0xffffffffu : ((1u << g) - 1u) << (lane & ~(g - 1));
   const LeanRunLane ln = lean_run_lane<kGptj>(a, kD / 2);
   if (ln.hh >= a.hq + a.hk) return;
-  const int hh = ln.hh, head = ln.head, oa = ln.oa, ob = ln.ob;
-  const RopeOperand& out = ln.is_q ? a.q_out : a.k_out;
+  const int oa = ln.oa, ob = ln.ob;
+  // Flat walk: the thread's rstd slot of token 0 and the slots per token (qk_store_rstd's
+  // layout), kept; the general walk asks qk_store_rstd per token (fewer live registers).
+  float* const rs = ln.is_q ? args.q_rstd : args.k_rstd;
+  float* const rs_head = Spec::kFlat && rs != nullptr ? rs + ln.head : nullptr;
+  const int rs_step = ln.is_q ? a.hq : a.hk;
   griddep_wait();
   float w0[V], w1[V];
-  qk_head_weights<V, std::conditional_t<Spec::kWeightsAsData, T, void>>(args, hh, oa, ob, w0, w1);
+  qk_head_weights<V, std::conditional_t<Spec::kWeightsAsData, T, void>>(args, ln.hh, oa, ob, w0,
+                                                                        w1);
   rope_lean_run<T, C, Spec, kDataViaL1, false, kStages>(
       a, qk_lean_run_ring, ln,
-      [&](int64_t t, int64_t b, int64_t s, const RopeHeadRegs<T, V>& regs, const float(&c)[V],
+      [&](int64_t t, const auto& y, const RopeHeadRegs<T, V>& regs, const float(&c)[V],
           const float(&sn)[V], const auto&) {
         qk_pair_head<T, V, kGptj, kD>(
-            args, [&] { return const_cast<T*>(rope_head_ptr<T>(out, b, s, head)); }, t, hh, oa, ob,
-            regs, c, sn, mask, g,
+            args, y,
+            [&](float r) {
+              if constexpr (Spec::kFlat) {
+                if (rs_head != nullptr) rs_head[t * rs_step] = r;
+              } else {
+                qk_store_rstd(args, t, ln.hh, r);
+              }
+            },
+            oa, ob, regs, c, sn, mask, g,
             [&](float(&f0)[V], float(&f1)[V]) {
 #pragma unroll
               for (int i = 0; i < V; ++i) {

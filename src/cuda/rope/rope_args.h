@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "core/rope_plan.h"
 #include "ropenorm/rope.h"
 #include "ropenorm/tensor.h"
 
@@ -57,6 +58,19 @@ struct RopeKernelArgs {
 /// decode instances apply).
 inline bool rope_rows_by_position(const RopeKernelArgs& a) {
   return a.source == RopeSource::kCache || a.source == RopeSource::kTable;
+}
+
+/// Token t of q, k, their outputs and the explicit positions sits at t times the operand's
+/// token stride (core::flat_tokens; elem_size: the q/k dtype's size): the lean runs' flat walk
+/// applies.
+inline bool rope_flat_tokens(const RopeKernelArgs& a, int64_t elem_size) {
+  core::TokenStrides ops[5];
+  int n = 0;
+  for (const RopeOperand* o : {&a.q, &a.q_out, &a.k, &a.k_out}) {
+    if (o->data != nullptr) ops[n++] = core::TokenStrides{o->sb, o->ss, elem_size};
+  }
+  if (a.pos != nullptr) ops[n++] = core::TokenStrides{a.pos_sb, a.pos_ss, a.pos_i64 ? 8 : 4};
+  return core::flat_tokens(a.batch, a.seq, ops, n);
 }
 
 /// The explicit positions' width in bits (64 or 32), 0 for implicit positions.

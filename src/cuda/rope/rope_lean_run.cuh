@@ -7,7 +7,9 @@
 //
 // Ownership (grid (gx, head groups), block (g, rows), S = core::kRopeLeanRunStages):
 //  - Tokens: block bx owns the tokens bx, bx + G, bx + 2G, ... (G = gridDim.x; interleaved over
-//    the grid, rope_block_tokens.cuh), one per round, in order; (b, s) advance without division.
+//    the grid, rope_block_tokens.cuh), one per round, in order. The general walk (LeanRunWalkBs)
+//    advances (b, s) without division and addresses from them; the flat walk (Spec::kFlat,
+//    LeanRunWalkFlat) keeps t alone and addresses each operand at t times its token stride.
 //  - Head and pairs: thread row y of head group blockIdx.y owns head hh = blockIdx.y rows + y (q
 //    heads first, then k; rows past Hq + Hk exit at once), lane x its pair vector x (two
 //    V-vectors of channels, and the pairs' c_i, s_i), as in the lean kernel.
@@ -28,6 +30,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "core/rope_plan.h"
 #include "cuda/common/pdl.cuh"
@@ -62,6 +65,92 @@ __device__ __forceinline__ LeanRunLane lean_run_lane(const RopeKernelArgs& a, in
   ln.ob = kGptj ? 2 * ln.i0 + V : h + ln.i0;
   return ln;
 }
+
+/// A lean-run thread's tokens addressed from (b, s), any strides (the general walk): the block's
+/// cursor (rope_block_tokens.cuh), the thread's input and output head, the position and the
+/// cos/sin rows (as Spec fixes them) at each token.
+template <typename T, typename Spec>
+struct LeanRunWalkBs {
+  using Cursor = TokenCursor;
+  const RopeKernelArgs& a;
+  const RopeOperand& in;
+  const RopeOperand& out;
+  int head;
+  TokenStep st;
+
+  __device__ __forceinline__ LeanRunWalkBs(const RopeKernelArgs& args, const LeanRunLane& ln)
+      : a(args),
+        in(ln.is_q ? args.q : args.k),
+        out(ln.is_q ? args.q_out : args.k_out),
+        head(ln.head),
+        st(block_token_step(args)) {}
+  __device__ __forceinline__ Cursor first() const { return first_block_token(a); }
+  __device__ __forceinline__ bool valid(const Cursor& c) const { return c.valid(a); }
+  __device__ __forceinline__ void next(Cursor& c) const { c.next(st, a.seq); }
+  __device__ __forceinline__ int64_t t(const Cursor& c) const { return c.t(a); }
+  __device__ __forceinline__ const T* in_head(const Cursor& c) const {
+    return rope_head_ptr<T>(in, c.b, c.s, head);
+  }
+  __device__ __forceinline__ T* out_head(const Cursor& c) const {
+    return const_cast<T*>(rope_head_ptr<T>(out, c.b, c.s, head));
+  }
+  __device__ __forceinline__ int64_t position(const Cursor& c) const {
+    return rope_lean_position<Spec>(a, c.b, c.s);
+  }
+  __device__ __forceinline__ void cs_rows(const Cursor& c, int64_t p, int64_t& co,
+                                          int64_t& so) const {
+    rope_lean_cos_sin_rows<Spec>(a, p, c.b, c.s, co, so);
+  }
+};
+
+/// A lean-run thread's tokens when every operand's token t sits at t times its token stride
+/// (Spec::kFlat, core::flat_tokens): the cursor is t alone (32 bits, block bx's tokens bx,
+/// bx + G, ...), and each address one wide multiply-add of t by a 32-bit byte stride from the
+/// thread's head base; int64 positions, cos/sin rows by position.
+template <typename T, typename Spec>
+struct LeanRunWalkFlat {
+  using Cursor = uint32_t;
+  const RopeKernelArgs& a;
+  const unsigned char* in;  ///< the thread's input head of token 0
+  unsigned char* out;       ///< its output head of token 0
+  uint32_t in_ss, out_ss;   ///< token strides in bytes
+
+  __device__ __forceinline__ LeanRunWalkFlat(const RopeKernelArgs& args, const LeanRunLane& ln)
+      : a(args) {
+    const RopeOperand& i = ln.is_q ? args.q : args.k;
+    const RopeOperand& o = ln.is_q ? args.q_out : args.k_out;
+    in = static_cast<const unsigned char*>(i.data) + ln.head * i.sh * int64_t{sizeof(T)};
+    out = static_cast<unsigned char*>(o.data) + ln.head * o.sh * int64_t{sizeof(T)};
+    in_ss = static_cast<uint32_t>(i.ss * int64_t{sizeof(T)});
+    out_ss = static_cast<uint32_t>(o.ss * int64_t{sizeof(T)});
+  }
+  __device__ __forceinline__ Cursor first() const { return blockIdx.x; }
+  __device__ __forceinline__ bool valid(Cursor t) const {
+    return t < static_cast<uint32_t>(a.tokens);
+  }
+  __device__ __forceinline__ void next(Cursor& t) const { t += gridDim.x; }
+  __device__ __forceinline__ int64_t t(Cursor t) const { return t; }
+  __device__ __forceinline__ const T* in_head(Cursor t) const {
+    return reinterpret_cast<const T*>(in + static_cast<uint64_t>(t) * in_ss);
+  }
+  __device__ __forceinline__ T* out_head(Cursor t) const {
+    return reinterpret_cast<T*>(out + static_cast<uint64_t>(t) * out_ss);
+  }
+  __device__ __forceinline__ int64_t position(Cursor t) const {
+    const auto stride = static_cast<uint32_t>(a.pos_ss * int64_t{sizeof(int64_t)});
+    return *reinterpret_cast<const int64_t*>(static_cast<const unsigned char*>(a.pos) +
+                                             static_cast<uint64_t>(t) * stride);
+  }
+  __device__ __forceinline__ void cs_rows(Cursor, int64_t p, int64_t& co, int64_t& so) const {
+    co = p * a.cos_row;
+    so = p * a.sin_row;
+  }
+};
+
+/// The walk a lean run of Spec takes.
+template <typename T, typename Spec>
+using LeanRunWalk =
+    std::conditional_t<Spec::kFlat, LeanRunWalkFlat<T, Spec>, LeanRunWalkBs<T, Spec>>;
 
 /// The ring of a lean-run thread: its two V-vectors of T, then the cos and sin V-vectors of C,
 /// per stage; S stages (the library's kernels take core::kRopeLeanRunStages, the depth the
@@ -140,9 +229,11 @@ struct LeanRunIo {
 };
 
 /// Runs block blockIdx.x's tokens (block_tokens) for the thread of lane ln (lean_run_lane;
-/// ln.hh < Hq + Hk): each round hands token t's data (regs), c_i, s_i of pairs i0 .. i0 + V - 1
-/// (s_i negated for the inverse rotation), (b, s) and the round's LeanRunIo (whose store the
-/// body may use for its results) to body(t, b, s, regs, c, sn, io). Spec: the facts fixed at
+/// ln.hh < Hq + Hk) on the walk Spec picks (LeanRunWalk): each round hands token t, a callable
+/// y() giving the thread's output head of it (asked for where the body needs it, which keeps
+/// the pointer out of the registers live across the arithmetic), its data (regs), c_i, s_i of
+/// pairs i0 .. i0 + V - 1 (s_i negated for the inverse rotation) and the round's LeanRunIo (whose
+/// store the body may use for its results) to body(t, y, regs, c, sn, io). Spec: the facts fixed at
 /// compile time (rope_lean_spec.h); kDataViaL1: the data's copies go through L1 (gptj: a lane's
 /// two vectors are the two halves of one 32-byte sector, which the second copy then finds in
 /// L1); kSwizzle: LeanRunIo's row swizzle (gptj, 16-bit data; the body must store through io);
@@ -164,39 +255,38 @@ __device__ __forceinline__ void rope_lean_run(const RopeKernelArgs& a, uint4* ri
   const int lane = static_cast<int>(threadIdx.y * blockDim.x + threadIdx.x) & 31;
   const unsigned mask =
       blockDim.x >= 32 ? 0xffffffffu : ((1u << blockDim.x) - 1u) << (lane & ~(blockDim.x - 1));
-  const RopeOperand& in = ln.is_q ? a.q : a.k;
-  const TokenStep st = block_token_step(a);
+  const LeanRunWalk<T, Spec> w(a, ln);
   // Token cursors: the one computed (round j), the one fetched (round j + S - 1).
-  TokenCursor cur = first_block_token(a);
-  if (!cur.valid(a)) return;
-  TokenCursor fet = cur;
+  auto cur = w.first();
+  if (!w.valid(cur)) return;
+  auto fet = cur;
   const int fa = Io::fetch_a(ln), fb = Io::fetch_b(ln);
   auto fetch = [&](int stage, int64_t p) {
-    const T* x = rope_head_ptr<T>(in, fet.b, fet.s, ln.head);
+    const T* x = w.in_head(fet);
     rg.template fetch<kVecBytes, kDataViaL1>(stage, 0, x + fa);
     rg.template fetch<kVecBytes, kDataViaL1>(stage, R::kVecChunks, x + fb);
     int64_t co, so;
-    rope_lean_cos_sin_rows<Spec>(a, p, fet.b, fet.s, co, so);
+    w.cs_rows(fet, p, co, so);
     rg.template fetch<kCsBytes, true>(stage, kCos, static_cast<const C*>(a.cos) + co + ln.i0);
     rg.template fetch<kCsBytes, true>(stage, kSin, static_cast<const C*>(a.sin) + so + ln.i0);
   };
 #pragma unroll
   for (int k = 0; k < S - 1; ++k) {
-    if (fet.valid(a)) fetch(k, rope_lean_position<Spec>(a, fet.b, fet.s));
+    if (w.valid(fet)) fetch(k, w.position(fet));
     cp_async_commit();
-    fet.next(st, a.seq);
+    w.next(fet);
   }
   // The position of the round's fetch, loaded a round earlier.
-  int64_t p_ahead = fet.valid(a) ? rope_lean_position<Spec>(a, fet.b, fet.s) : 0;
+  int64_t p_ahead = w.valid(fet) ? w.position(fet) : 0;
   int stage = 0;
-  while (cur.valid(a)) {
+  while (w.valid(cur)) {
     const int ahead = stage == 0 ? S - 1 : stage - 1;  // (stage + S - 1) % S
     // Row swizzle: the row's lanes are done with the stage about to be refilled.
     if constexpr (kSwizzle) __syncwarp(mask);
-    if (fet.valid(a)) fetch(ahead, p_ahead);
+    if (w.valid(fet)) fetch(ahead, p_ahead);
     cp_async_commit();
-    fet.next(st, a.seq);
-    if (fet.valid(a)) p_ahead = rope_lean_position<Spec>(a, fet.b, fet.s);
+    w.next(fet);
+    if (w.valid(fet)) p_ahead = w.position(fet);
     cp_async_wait<S - 1>();
     const Io io{rg, stage, ln.oa, ln.ob, mask};
     RopeHeadRegs<T, V> regs;
@@ -205,8 +295,9 @@ __device__ __forceinline__ void rope_lean_run(const RopeKernelArgs& a, uint4* ri
     rg.template read_float<C, V>(stage, kCos, c);
     rg.template read_float<C, V>(stage, kSin, sn);
     rope_apply_direction<V>(a, sn);
-    body(cur.t(a), cur.b, cur.s, regs, c, sn, io);
-    cur.next(st, a.seq);
+    body(
+        w.t(cur), [&] { return w.out_head(cur); }, regs, c, sn, io);
+    w.next(cur);
     stage = stage == S - 1 ? 0 : stage + 1;
   }
 }
@@ -225,18 +316,16 @@ __global__ void __launch_bounds__(core::kRopeLeanRunThreads, core::kRopeLeanRunM
   extern __shared__ uint4 rope_lean_run_ring[];
   const LeanRunLane ln = lean_run_lane<kGptj>(a, a.half);
   if (ln.hh >= a.hq + a.hk) return;
-  const int head = ln.head;
-  const RopeOperand& out = ln.is_q ? a.q_out : a.k_out;
   griddep_wait();
   rope_lean_run<T, C, Spec, kDataViaL1, kSwizzle, kStages>(
       a, rope_lean_run_ring, ln,
-      [&](int64_t, int64_t b, int64_t s, const RopeHeadRegs<T, V>& regs, const float(&c)[V],
+      [&](int64_t, const auto& y, const RopeHeadRegs<T, V>& regs, const float(&c)[V],
           const float(&sn)[V], const auto& io) {
         float x0[V], x1[V];
         widen<T, V>(regs.x0, x0);
         widen<T, V>(regs.x1, x1);
         rope_rotate_regs<V, kGptj>(x0, x1, c, sn);
-        io.store(const_cast<T*>(rope_head_ptr<T>(out, b, s, head)), x0, x1);
+        io.store(y(), x0, x1);
       });
 }
 

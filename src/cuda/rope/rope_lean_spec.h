@@ -18,14 +18,22 @@ enum class LeanPositions : int { kAny = 0, kInt64 = 1, kInt32 = 2 };
 /// kPos: the positions; kRows: cos/sin rows at p * row (a cache or a [P, R] table; false: any
 /// table source); kWeightsAsData: both norm weights in q/k's dtype (QK-norm + RoPE only);
 /// kMaxThreads: the launch bound (threads per block at most; it sets the register budget).
+/// Lean runs only: kFlat: every operand's token t at t times its token stride (core::flat_tokens:
+/// 32-bit token index and byte strides; needs int64 positions and cos/sin rows); kFullWarps:
+/// every warp of the block full and no thread row exiting (core::lean_run_full_warps).
 template <int kLanes_, LeanPositions kPos_, bool kRows_, bool kWeightsAsData_,
-          int kMaxThreads_ = core::kRopeLeanMaxThreads>
+          int kMaxThreads_ = core::kRopeLeanMaxThreads, bool kFlat_ = false,
+          bool kFullWarps_ = false>
 struct LeanSpec {
   static constexpr int kLanes = kLanes_;
   static constexpr LeanPositions kPos = kPos_;
   static constexpr bool kRows = kRows_;
   static constexpr bool kWeightsAsData = kWeightsAsData_;
   static constexpr int kMaxThreads = kMaxThreads_;
+  static constexpr bool kFlat = kFlat_;
+  static constexpr bool kFullWarps = kFullWarps_;
+  static_assert(!kFlat || (kPos == LeanPositions::kInt64 && kRows),
+                "a flat walk reads int64 positions and cos/sin rows by position");
 };
 
 /// Every fact read at run time.
@@ -42,5 +50,16 @@ using LeanLanes = LeanSpec<kLanes, LeanPositions::kAny, false, false>;
 /// int64 explicit positions, cos/sin rows by position; the weights' dtype at run time.
 template <int kLanes>
 using LeanRowsI64 = LeanSpec<kLanes, LeanPositions::kInt64, true, false>;
+
+/// QK-norm + RoPE lean run, core::QkLeanRunInstance::kFlatI64: LeanRowsI64 with flat tokens and
+/// full warps.
+template <int kLanes>
+using LeanFlatI64 =
+    LeanSpec<kLanes, LeanPositions::kInt64, true, false, core::kRopeLeanMaxThreads, true, true>;
+
+/// RoPE lean run, core::RopeLeanRunInstance::kRowsFlatI64: cos/sin rows by position, int64
+/// explicit positions, flat tokens (any lanes per head, any warps).
+using LeanRowsFlatI64 =
+    LeanSpec<0, LeanPositions::kInt64, true, false, core::kRopeLeanMaxThreads, true, false>;
 
 }  // namespace ropenorm::cuda
