@@ -127,4 +127,9 @@ int64_t bwd_grid(int64_t rows, int64_t n, const RmsNormBwdPlan& plan, int reside
   return std::min<int64_t>(units, static_cast<int64_t>(std::max(sm_count, 1)) * per_sm);
 }
 
+bool bwd_plain_call(const RmsNormBwdPlan& p, const BwdPlainFacts& f) {
+  return p.path != RmsNormBwdPath::kTwoPass && !p.smem_acc && f.rstd_saved && f.weight && f.dw &&
+         !f.ds && !f.dresidual && f.dx_as_input && f.dy_as_input;
+}
+
 }  // namespace ropenorm::core

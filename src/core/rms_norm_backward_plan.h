@@ -102,4 +102,20 @@ size_t bwd_workspace_bytes(int64_t rows, int64_t n, int sm_count);
 int64_t bwd_grid(int64_t rows, int64_t n, const RmsNormBwdPlan& plan, int resident_per_sm,
                  int sm_count);
 
+/// What the plain ring kernels fix about a call.
+struct BwdPlainFacts {
+  bool rstd_saved = false;   ///< the forward's rstd given (not recomputed)
+  bool weight = false;       ///< a weight given
+  bool dw = false;           ///< dw wanted (partials written)
+  bool ds = false;           ///< the fused add's ds given
+  bool dresidual = false;    ///< the fused add's dresidual written
+  bool dx_as_input = false;  ///< dx in the input's dtype
+  bool dy_as_input = false;  ///< dy in the input's dtype
+};
+
+/// The call takes a plain ring kernel (the same bits as the general one, its run-time switches
+/// fixed): a ring path with register partials (uniform phase), the rstd saved, a weight, dw
+/// wanted, no ds and no dresidual, dx and dy in the input's dtype.
+bool bwd_plain_call(const RmsNormBwdPlan& p, const BwdPlainFacts& f);
+
 }  // namespace ropenorm::core

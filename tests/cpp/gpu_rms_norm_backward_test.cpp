@@ -247,6 +247,36 @@ TEST(GpuRmsNormBackward, RunToRunDeterminism) {
   }
 }
 
+// The plain ring kernels (core::bwd_plain_call: the rstd saved, a weight, dw wanted, no ds, dx
+// and dy in x's dtype, uniform phase) give the general ones' bits: dx against the same call
+// without dw, dw against the same call with dx in another dtype (both general); on the block
+// and warp paths, at 1, 2 and 4 vectors per thread, with edge elements.
+TEST(GpuRmsNormBackward, PlainKernelMatchesGeneral) {
+  ROPENORM_REQUIRE_GPU();
+  struct Shape {
+    int64_t m, n;
+    DType dt;
+  };
+  for (const Shape& s : {Shape{4096, 4096, DType::kBFloat16}, Shape{989, 4095, DType::kBFloat16},
+                         Shape{989, 64, DType::kFloat16}, Shape{989, 1024, DType::kBFloat16},
+                         Shape{19, 8199, DType::kFloat16}, Shape{777, 2048, DType::kFloat32}}) {
+    RmsNormBackwardCase c = same_dtype(s.m, s.n, s.dt, static_cast<uint64_t>(s.m * 5 + s.n));
+    const auto in = verify::make_backward_inputs(c);
+    const auto plain = verify::run_backward_case(c, in);
+    RmsNormBackwardCase no_dw = c;
+    no_dw.want_dw = false;
+    const auto b = verify::run_backward_case(no_dw, in);
+    RmsNormBackwardCase other_dx = c;
+    other_dx.dx_dtype = s.dt == DType::kFloat32 ? DType::kBFloat16 : DType::kFloat32;
+    const auto d = verify::run_backward_case(other_dx, in);
+    ASSERT_TRUE(plain.passed) << plain.summary;
+    ASSERT_TRUE(b.passed) << b.summary;
+    ASSERT_TRUE(d.passed) << d.summary;
+    EXPECT_EQ(plain.dx_out.bytes, b.dx_out.bytes) << verify::describe(c);
+    EXPECT_EQ(plain.dw_out.bytes, d.dw_out.bytes) << verify::describe(c);
+  }
+}
+
 // dw (and dx) bitwise the same with a 16-byte aligned workspace and one a float off: the column
 // sum's 16-byte and scalar forms, and the row kernels' vector and scalar partial stores, add in
 // the same order.

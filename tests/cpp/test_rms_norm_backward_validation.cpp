@@ -431,5 +431,25 @@ TEST(CpuRmsNormBackwardPlan, BlockPathSplit) {
             core::RmsNormBwdPath::kTwoPass);
 }
 
+// The plain ring kernels: every fact they fix must hold, on a ring path with register partials.
+TEST(CpuRmsNormBackwardPlan, PlainCallRule) {
+  const core::RmsNormBwdPlan ring = core::plan_rms_norm_backward(4096, 8, true, true, 4, true);
+  core::BwdPlainFacts f;
+  f.rstd_saved = f.weight = f.dw = f.dx_as_input = f.dy_as_input = true;
+  EXPECT_TRUE(core::bwd_plain_call(ring, f));
+  const core::RmsNormBwdPlan shared = core::plan_rms_norm_backward(4096, 8, false, true, 4, true);
+  EXPECT_FALSE(core::bwd_plain_call(shared, f));  // shared-memory partials (varying phase)
+  core::RmsNormBwdPlan two_pass = ring;
+  two_pass.path = core::RmsNormBwdPath::kTwoPass;
+  EXPECT_FALSE(core::bwd_plain_call(two_pass, f));
+  for (int i = 0; i < 7; ++i) {
+    core::BwdPlainFacts g = f;
+    bool* fact[] = {&g.rstd_saved, &g.weight,      &g.dw,         &g.ds,
+                    &g.dresidual,  &g.dx_as_input, &g.dy_as_input};
+    *fact[i] = !*fact[i];
+    EXPECT_FALSE(core::bwd_plain_call(ring, g)) << i;
+  }
+}
+
 }  // namespace
 }  // namespace ropenorm

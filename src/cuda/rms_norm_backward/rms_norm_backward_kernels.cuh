@@ -78,12 +78,12 @@ __device__ __forceinline__ float bwd_weight_global(const RmsNormBwdKernelArgs& a
 
 /// The row's two sums, reduced over the warp (kWarp) or block: r (from rstd, or recomputed from
 /// sum_sq with the forward's formula) and the mean term c.
-template <bool kWarp>
+template <bool kWarp, bool kPlain = false>
 __device__ __forceinline__ void bwd_row_scalars(const RmsNormBwdKernelArgs& a, float sum_gx,
                                                 float sum_sq, float saved_r, float* scratch,
                                                 float* r, float* c) {
   float rr = saved_r;
-  if (a.rstd == nullptr) {
+  if (!kPlain && a.rstd == nullptr) {
     sum_sq = kWarp ? warp_sum(sum_sq) : block_sum(sum_sq, scratch);
     rr = rms_rstd(sum_sq, a.n, a.eps);
   }
@@ -121,15 +121,16 @@ struct BwdEdge {
 };
 
 /// Starts the copies of one row's share (and its saved rstd) into stage s; loads its edge
-/// element.
-template <typename Tin, typename Tdy, int V, int VPT, int S>
+/// element. kPlain: the call is plain (core::bwd_plain_call: no ds, the rstd saved).
+template <typename Tin, typename Tdy, int V, int VPT, int S, bool kPlain = false>
 __device__ __forceinline__ void bwd_issue_row(const RmsNormBwdKernelArgs& a, int64_t row, int s,
                                               const BwdRing<Tin, Tdy, V, VPT, S>& ring,
                                               BwdEdge<Tin, Tdy>& e) {
   using R = BwdRing<Tin, Tdy, V, VPT, S>;
   const Tdy* dy = static_cast<const Tdy*>(a.dy) + a.dy_rows.offset(row);
   const Tin* x = static_cast<const Tin*>(a.x) + a.x_rows.offset(row);
-  const Tin* ds = a.ds != nullptr ? static_cast<const Tin*>(a.ds) + a.ds_rows.offset(row) : nullptr;
+  const Tin* ds =
+      !kPlain && a.ds != nullptr ? static_cast<const Tin*>(a.ds) + a.ds_rows.offset(row) : nullptr;
   const int p = bwd_row_phase<Tin, Tdy, V>(a, row);
   const int nbody = static_cast<int>((a.n - p) / V);
   const int edges = static_cast<int>(a.n - static_cast<int64_t>(nbody) * V);
@@ -149,7 +150,7 @@ __device__ __forceinline__ void bwd_issue_row(const RmsNormBwdKernelArgs& a, int
     e.x = load_elem(x, col);
     if (ds != nullptr) e.ds = load_elem(ds, col);
   }
-  if (a.rstd != nullptr) cp_async_4(ring.rstd_slot(s), a.rstd + row);
+  if (kPlain || a.rstd != nullptr) cp_async_4(ring.rstd_slot(s), a.rstd + row);
 }
 
 /// Index (in float4 units) of chunk c of vector k in a thread's own shared slots.
@@ -203,11 +204,11 @@ __device__ __forceinline__ float bwd_stage_own_weights(const RmsNormBwdKernelArg
 /// Weight factors (w + o) of a thread's vector k, columns col .. col + V - 1 of the row: from its
 /// own shared slots `own` (uniform phase; V / 4 float4 chunks per vector, consecutive threads in
 /// consecutive chunks), from global memory (kSmemAcc: the columns move with the row's phase; the
-/// weight stays in L1), or 1 without a weight.
-template <int V, bool kSmemAcc>
+/// weight stays in L1), or 1 without a weight (kPlain: a weight is given).
+template <int V, bool kSmemAcc, bool kPlain = false>
 __device__ __forceinline__ void bwd_weights(const RmsNormBwdKernelArgs& a, const float* own, int k,
                                             int64_t col, int tid, int nthreads, float (&f)[V]) {
-  if (a.weight == nullptr) {
+  if (!kPlain && a.weight == nullptr) {
 #pragma unroll
     for (int i = 0; i < V; ++i) f[i] = 1.0f;
   } else if constexpr (kSmemAcc) {
@@ -229,8 +230,10 @@ __device__ __forceinline__ void bwd_weights(const RmsNormBwdKernelArgs& a, const
 /// Reads one row's share back from stage s (twice), writes dx (and dresidual) and adds the
 /// row's dy * xh to the thread's partials (registers acc / acc_e, or the shared table acc_tab).
 /// Weight factors: the thread's own slots `own` and its edge column's factor wf_e (uniform phase),
-/// else read from global memory.
-template <typename Tin, typename Tdy, int V, int VPT, int S, bool kWarp, bool kSmemAcc>
+/// else read from global memory. kPlain: the facts core::bwd_plain_call fixes hold (a weight, the
+/// rstd saved, dw wanted, no ds, no dresidual, dx in the input's dtype), so none is tested.
+template <typename Tin, typename Tdy, int V, int VPT, int S, bool kWarp, bool kSmemAcc,
+          bool kPlain = false>
 __device__ __forceinline__ void bwd_consume_row(const RmsNormBwdKernelArgs& a, int64_t row, int s,
                                                 const BwdRing<Tin, Tdy, V, VPT, S>& ring,
                                                 const float* own, float wf_e, float* acc_tab,
@@ -242,7 +245,8 @@ __device__ __forceinline__ void bwd_consume_row(const RmsNormBwdKernelArgs& a, i
   const int edges = static_cast<int>(a.n - static_cast<int64_t>(nbody) * V);
   const bool has_edge = tid < edges;
   const int64_t e_col = has_edge ? edge_col(tid, p, nbody, V) : 0;
-  const bool recompute = a.rstd == nullptr;
+  static_assert(!kPlain || !kSmemAcc, "a plain call has a uniform phase");
+  const bool recompute = !kPlain && a.rstd == nullptr;
   // Partials table slot of column p + j * V + i is sbase[i] + j.
   const int lanes = static_cast<int>(a.lanes);
   int sbase[V] = {};
@@ -260,7 +264,8 @@ __device__ __forceinline__ void bwd_consume_row(const RmsNormBwdKernelArgs& a, i
       float dyv[V], xv[V], f[V];
       load_pack<Tdy, V>(reinterpret_cast<const Tdy*>(ring.dy_slot(s, k)), dyv);
       load_pack<Tin, V>(reinterpret_cast<const Tin*>(ring.x_slot(s, k)), xv);
-      bwd_weights<V, kSmemAcc>(a, own, k, p + static_cast<int64_t>(j) * V, tid, nthreads, f);
+      bwd_weights<V, kSmemAcc, kPlain>(a, own, k, p + static_cast<int64_t>(j) * V, tid, nthreads,
+                                       f);
 #pragma unroll
       for (int i = 0; i < V; ++i) {
         sum_gx += rms_bwd_g(dyv[i], f[i]) * xv[i];
@@ -277,12 +282,14 @@ __device__ __forceinline__ void bwd_consume_row(const RmsNormBwdKernelArgs& a, i
     if (recompute) sum_sq += e_x * e_x;
   }
   float r, c;
-  bwd_row_scalars<kWarp>(a, sum_gx, sum_sq, recompute ? 0.0f : *ring.rstd_slot(s), scratch, &r, &c);
+  bwd_row_scalars<kWarp, kPlain>(a, sum_gx, sum_sq, recompute ? 0.0f : *ring.rstd_slot(s), scratch,
+                                 &r, &c);
 
   // Second look: dx (+ ds), and dy * xh into the partials.
   const int64_t dx_off = a.dx_rows.offset(row);
-  const int64_t dres_off = a.dres != nullptr ? a.dres_rows.offset(row) : 0;
-  const bool want_dw = a.partials != nullptr;
+  const bool has_ds = !kPlain && a.ds != nullptr, has_dres = !kPlain && a.dres != nullptr;
+  const int64_t dres_off = has_dres ? a.dres_rows.offset(row) : 0;
+  const bool want_dw = kPlain || a.partials != nullptr;
 #pragma unroll
   for (int k = 0; k < VPT; ++k) {
     const int j = tid + k * nthreads;
@@ -291,7 +298,8 @@ __device__ __forceinline__ void bwd_consume_row(const RmsNormBwdKernelArgs& a, i
       float dyv[V], xv[V], f[V], out[V];
       load_pack<Tdy, V>(reinterpret_cast<const Tdy*>(ring.dy_slot(s, k)), dyv);
       load_pack<Tin, V>(reinterpret_cast<const Tin*>(ring.x_slot(s, k)), xv);
-      bwd_weights<V, kSmemAcc>(a, own, k, p + static_cast<int64_t>(j) * V, tid, nthreads, f);
+      bwd_weights<V, kSmemAcc, kPlain>(a, own, k, p + static_cast<int64_t>(j) * V, tid, nthreads,
+                                       f);
 #pragma unroll
       for (int i = 0; i < V; ++i) {
         const float xh = xv[i] * r;
@@ -305,14 +313,18 @@ __device__ __forceinline__ void bwd_consume_row(const RmsNormBwdKernelArgs& a, i
           }
         }
       }
-      if (a.ds != nullptr) {
+      if (has_ds) {
         float dsv[V];
         load_pack<Tin, V>(reinterpret_cast<const Tin*>(ring.ds_slot(s, k)), dsv);
 #pragma unroll
         for (int i = 0; i < V; ++i) out[i] += dsv[i];
       }
-      store_pack_dyn<V>(a.dx, a.dx_dtype, dx_off + col, out);
-      if (a.dres != nullptr) store_pack_dyn<V>(a.dres, a.dres_dtype, dres_off + col, out);
+      if constexpr (kPlain) {
+        store_pack<Tin, V>(static_cast<Tin*>(a.dx) + dx_off + col, out);
+      } else {
+        store_pack_dyn<V>(a.dx, a.dx_dtype, dx_off + col, out);
+      }
+      if (has_dres) store_pack_dyn<V>(a.dres, a.dres_dtype, dres_off + col, out);
     }
   }
   if (has_edge) {
@@ -326,9 +338,13 @@ __device__ __forceinline__ void bwd_consume_row(const RmsNormBwdKernelArgs& a, i
         acc_e += t;
       }
     }
-    if (a.ds != nullptr) out[0] += storage_to_float<Tin>(e.ds);
-    store_pack_dyn<1>(a.dx, a.dx_dtype, dx_off + e_col, out);
-    if (a.dres != nullptr) store_pack_dyn<1>(a.dres, a.dres_dtype, dres_off + e_col, out);
+    if (has_ds) out[0] += storage_to_float<Tin>(e.ds);
+    if constexpr (kPlain) {
+      store_pack<Tin, 1>(static_cast<Tin*>(a.dx) + dx_off + e_col, out);
+    } else {
+      store_pack_dyn<1>(a.dx, a.dx_dtype, dx_off + e_col, out);
+    }
+    if (has_dres) store_pack_dyn<1>(a.dres, a.dres_dtype, dres_off + e_col, out);
   }
   if constexpr (kWarp && kSmemAcc) __syncwarp();
 }
@@ -369,8 +385,10 @@ __device__ __forceinline__ void bwd_store_partials(float* dst, bool table, int l
 /// shared memory: 32 floats of scratch; with a weight, every thread's own weight slots (VPT * V
 /// floats each) or, for kSmemAcc, one partials table (lanes * V floats) per warp (warp path) or
 /// for the block; per warp (or for the block) S rstd slots per thread; then per warp (or for the
-/// block) the ring's dy, x and ds regions.
-template <typename Tin, typename Tdy, int V, int VPT, int S, bool kWarp, bool kSmemAcc>
+/// block) the ring's dy, x and ds regions. kPlain: launched only for calls core::bwd_plain_call
+/// accepts, whose facts it then takes as fixed (the same bits as the general form).
+template <typename Tin, typename Tdy, int V, int VPT, int S, bool kWarp, bool kSmemAcc,
+          bool kPlain = false>
 __global__ void __launch_bounds__(core::kBwdMaxThreads, VPT <= 2 ? 2 : 1)
     rms_norm_bwd_rows_kernel(const RmsNormBwdKernelArgs a) {
   using R = BwdRing<Tin, Tdy, V, VPT, S>;
@@ -381,7 +399,7 @@ __global__ void __launch_bounds__(core::kBwdMaxThreads, VPT <= 2 ? 2 : 1)
   const int nthreads = kWarp ? 32 : blockDim.x;
   const int slices = kWarp ? blockDim.y : 1;
   const int slice = kWarp ? threadIdx.y : 0;
-  const bool has_w = a.weight != nullptr;
+  const bool has_w = kPlain || a.weight != nullptr;
   // Uniform phase: every thread's own weight slots; kSmemAcc: the partials tables.
   const int own = VPT * nthreads * V;
   float* w_own = !kSmemAcc && has_w ? scratch + 32 + slice * own : nullptr;
@@ -391,7 +409,7 @@ __global__ void __launch_bounds__(core::kBwdMaxThreads, VPT <= 2 ? 2 : 1)
   unsigned char* ring_base = reinterpret_cast<unsigned char*>(rstd_base + slices * S * nthreads);
   const int64_t dy_region = static_cast<int64_t>(S) * VPT * nthreads * R::kDyBytes;
   const int64_t x_region = static_cast<int64_t>(S) * VPT * nthreads * R::kXBytes;
-  const int64_t slice_bytes = dy_region + x_region + (a.ds != nullptr ? x_region : 0);
+  const int64_t slice_bytes = dy_region + x_region + (!kPlain && a.ds != nullptr ? x_region : 0);
   R ring;
   ring.nthreads = nthreads;
   ring.tid = threadIdx.x;
@@ -420,7 +438,7 @@ __global__ void __launch_bounds__(core::kBwdMaxThreads, VPT <= 2 ? 2 : 1)
 #pragma unroll
   for (int s = 0; s < S - 1; ++s) {
     const int64_t r = first_row + s * step;
-    if (r < a.m) bwd_issue_row<Tin, Tdy, V, VPT, S>(a, r, s, ring, edge[s]);
+    if (r < a.m) bwd_issue_row<Tin, Tdy, V, VPT, S, kPlain>(a, r, s, ring, edge[s]);
     cp_async_commit();
   }
   // Weight factors. Uniform phase: a thread's columns are those of the block's first row in
@@ -448,18 +466,18 @@ __global__ void __launch_bounds__(core::kBwdMaxThreads, VPT <= 2 ? 2 : 1)
     const int s = it % S;
     const int64_t ahead = row + (S - 1) * step;
     if (ahead < a.m) {
-      bwd_issue_row<Tin, Tdy, V, VPT, S>(a, ahead, (it + S - 1) % S, ring, edge[S - 1]);
+      bwd_issue_row<Tin, Tdy, V, VPT, S, kPlain>(a, ahead, (it + S - 1) % S, ring, edge[S - 1]);
     }
     cp_async_commit();
     cp_async_wait<S - 1>();
-    bwd_consume_row<Tin, Tdy, V, VPT, S, kWarp, kSmemAcc>(a, row, s, ring, w_own, wf_e, acc_tab,
-                                                          scratch, edge[0], acc, acc_e);
+    bwd_consume_row<Tin, Tdy, V, VPT, S, kWarp, kSmemAcc, kPlain>(
+        a, row, s, ring, w_own, wf_e, acc_tab, scratch, edge[0], acc, acc_e);
 #pragma unroll
     for (int q = 0; q + 1 < S; ++q) edge[q] = edge[q + 1];
     row += step;
   }
 
-  if (a.partials == nullptr) return;
+  if (!kPlain && a.partials == nullptr) return;
   float* part = a.partials + static_cast<int64_t>(blockIdx.x) * a.n;
   if constexpr (!kWarp) {
     if constexpr (kSmemAcc) {

@@ -1,5 +1,6 @@
 // Per-dtype launch of the RMSNorm backward kernels: picks the kernel instantiation for a plan
-// (path, vector width, vectors per thread, ring depth, where dw partials live) and launches it on
+// (path, vector width, vectors per thread, ring depth, where dw partials live, and the plain form
+// for the calls core::bwd_plain_call accepts) and launches it on
 // the caller's stream with a persistent grid. Included by exactly one .cu per input dtype, which
 // instantiates it; the launcher calls it through dispatch.
 #pragma once
@@ -54,28 +55,37 @@ Status launch_persistent(const char* op, Kernel kernel, const RmsNormBwdKernelAr
   return e == cudaSuccess ? Status::Ok() : launch_error(op, e);
 }
 
+// plain: core::bwd_plain_call accepted the call (built for equal dtypes with register partials).
 template <typename Tin, typename Tdy, int V, int VPT, bool kWarp, bool kSmemAcc>
 Status launch_stages(const char* op, const RmsNormBwdKernelArgs& a, const core::RmsNormBwdPlan& p,
-                     cudaStream_t s, int64_t* grid) {
+                     bool plain, cudaStream_t s, int64_t* grid) {
   constexpr int kStages = kWarp ? core::kBwdWarpStages : core::kBwdBlockStages;
   if (p.stages != kStages) return bad_plan(op, "ring stages", p.stages);
+  if constexpr (!kSmemAcc && std::is_same_v<Tin, Tdy>) {
+    if (plain) {
+      return launch_persistent(
+          op, rms_norm_bwd_rows_kernel<Tin, Tdy, V, VPT, kStages, kWarp, false, true>, a, p, s,
+          grid);
+    }
+  }
+  if (plain) return bad_plan(op, "plain call of dtype pair", static_cast<int>(DTypeOf<Tdy>::value));
   return launch_persistent(op, rms_norm_bwd_rows_kernel<Tin, Tdy, V, VPT, kStages, kWarp, kSmemAcc>,
                            a, p, s, grid);
 }
 
 template <typename Tin, typename Tdy, int V, bool kWarp, bool kSmemAcc>
 Status launch_vpt(const char* op, const RmsNormBwdKernelArgs& a, const core::RmsNormBwdPlan& p,
-                  cudaStream_t s, int64_t* grid) {
+                  bool plain, cudaStream_t s, int64_t* grid) {
   switch (p.vpt) {
     case 1:
-      return launch_stages<Tin, Tdy, V, 1, kWarp, kSmemAcc>(op, a, p, s, grid);
+      return launch_stages<Tin, Tdy, V, 1, kWarp, kSmemAcc>(op, a, p, plain, s, grid);
     case 2:
-      return launch_stages<Tin, Tdy, V, 2, kWarp, kSmemAcc>(op, a, p, s, grid);
+      return launch_stages<Tin, Tdy, V, 2, kWarp, kSmemAcc>(op, a, p, plain, s, grid);
     case 4:
-      return launch_stages<Tin, Tdy, V, 4, kWarp, kSmemAcc>(op, a, p, s, grid);
+      return launch_stages<Tin, Tdy, V, 4, kWarp, kSmemAcc>(op, a, p, plain, s, grid);
     case 8:
       if constexpr (!kWarp && V * 8 <= core::kMaxRegElems) {
-        return launch_stages<Tin, Tdy, V, 8, kWarp, kSmemAcc>(op, a, p, s, grid);
+        return launch_stages<Tin, Tdy, V, 8, kWarp, kSmemAcc>(op, a, p, plain, s, grid);
       }
       return bad_plan(op, "vectors per thread", p.vpt);
     default:
@@ -86,10 +96,19 @@ Status launch_vpt(const char* op, const RmsNormBwdKernelArgs& a, const core::Rms
 template <typename Tin, typename Tdy, int V, bool kSmemAcc>
 Status launch_rows(const char* op, const RmsNormBwdKernelArgs& a, const core::RmsNormBwdPlan& p,
                    cudaStream_t s, int64_t* grid) {
+  core::BwdPlainFacts f;
+  f.rstd_saved = a.rstd != nullptr;
+  f.weight = a.weight != nullptr;
+  f.dw = a.partials != nullptr;
+  f.ds = a.ds != nullptr;
+  f.dresidual = a.dres != nullptr;
+  f.dx_as_input = a.dx_dtype == DTypeOf<Tin>::value;
+  f.dy_as_input = std::is_same_v<Tin, Tdy>;
+  const bool plain = core::bwd_plain_call(p, f);
   if (p.path == core::RmsNormBwdPath::kWarpPerRow) {
-    return launch_vpt<Tin, Tdy, V, true, kSmemAcc>(op, a, p, s, grid);
+    return launch_vpt<Tin, Tdy, V, true, kSmemAcc>(op, a, p, plain, s, grid);
   }
-  return launch_vpt<Tin, Tdy, V, false, kSmemAcc>(op, a, p, s, grid);
+  return launch_vpt<Tin, Tdy, V, false, kSmemAcc>(op, a, p, plain, s, grid);
 }
 
 template <typename Tin, typename Tdy, int V>
