@@ -27,7 +27,10 @@
 // rope_lean_run (cuda/rope/rope_lean_run.cuh): block bx owns tokens bx, bx + gx, bx + 2 gx, ...,
 // one per round, each thread's next token's data and cos/sin in flight in its own shared-memory
 // ring while it computes the current one; each thread loads its 16 weights
-// once, and per token runs qk_pair_head, so its bits are the lean kernel's.
+// once, and per token runs qk_pair_head, so its bits are the lean kernel's. With flat tokens
+// (Spec::kFlat) the walk keeps t alone and lane 0 stores r at its head's rstd slot of token 0
+// plus t times the head count; with full warps (Spec::kFullWarps: no row exits, every warp
+// full) the butterfly's shuffles name all 32 lanes.
 #pragma once
 
 #include <cstdint>
