@@ -6,7 +6,9 @@
 // ring at 4 vectors per thread with its resident blocks per SM capped at 4 ... 1 (function
 // grid_cap: fewer partial rows); with "narrow" it also times rows of
 // N = 256, 512 and 1024 (the warp-per-row ring) at other rows per block, ring depths and as the
-// block ring (function narrow), and single rows by part (function single); with "splits" it also
+// block ring (function narrow), and single rows by part (function single); with "early" it also
+// times the plain ring kernel with the early refill against the library's order (function
+// early); with "splits" it also
 // times the block-per-row ring kernel at every threads x vectors-per-thread split that fits (the
 // most elementwise ulps by which dx differs from the production plan's at M = 4096: a different
 // reduction order, amplified where g and xh * mean nearly cancel). Question: what sets the time
@@ -333,6 +335,102 @@ void single(void* x, void* dy, void* dx, void* w, void* dw, void* rstd, void* ws
   }
 }
 
+// The plain ring kernel (kPlain) of plan p launched directly, kEarly as asked: the early refill
+// (a thread's stage refilled once read) against the library's order; false when p is not a
+// ring plan this function instantiates.
+template <bool kEarly>
+bool plain_variant(const cuda::RmsNormBwdKernelArgs& a, const core::RmsNormBwdPlan& p,
+                   int64_t* grid) {
+  const bool warp = p.path == core::RmsNormBwdPath::kWarpPerRow;
+  void (*kernel)(cuda::RmsNormBwdKernelArgs) = nullptr;
+  using cuda::bf16;
+  if (warp && p.vpt == 4) {
+    kernel = cuda::rms_norm_bwd_rows_kernel<bf16, bf16, 8, 4, 2, true, false, true, kEarly>;
+  } else if (!warp && p.vpt == 4) {
+    kernel = cuda::rms_norm_bwd_rows_kernel<bf16, bf16, 8, 4, 2, false, false, true, kEarly>;
+  } else if (!warp && p.vpt == 2) {
+    kernel = cuda::rms_norm_bwd_rows_kernel<bf16, bf16, 8, 2, 2, false, false, true, kEarly>;
+  }
+  if (kernel == nullptr || p.stages != 2 || p.smem_acc) return false;
+  const size_t smem = static_cast<size_t>(p.smem_bytes);
+  CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                          static_cast<int>(smem)));
+  const dim3 block = warp ? dim3(32, p.rows_per_block) : dim3(p.threads);
+  int resident = 0;
+  CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, block.x * block.y, smem));
+  *grid = core::bwd_grid(a.m, a.n, p, resident, cuda::device_sm_count());
+  kernel<<<static_cast<unsigned>(*grid), block, smem>>>(a);
+  return true;
+}
+
+// The plain call (rstd saved, bf16 weight and dw) on the production plan: the public call, its
+// plain ring kernel launched directly, and the same kernel with the early refill (kEarly), each
+// with the column sum; dx and dw compared with the public call's bits. Question: does refilling
+// a stage as soon as it is read (S rows in flight while a row is reduced and written, against
+// S - 1) pay, at the price of holding the row's dy and x in registers?
+void early(void* x, void* dy, void* dx, void* w, void* dw, void* rstd, void* ws, size_t ws_bytes) {
+  std::printf(
+      "\nplain ring kernel: the library's refill order against the early refill (us, cold)\n");
+  RmsNormBackwardParams bp;
+  bp.eps = 1e-6f;
+  std::vector<uint16_t> ref, got, ref_dw, got_dw;
+  for (int64_t n : {1024, 2048, 4096, 8192}) {
+    for (int64_t m : {1024, 4096, 32768}) {
+      const BwdShape sh = bwd_shape(x, w, rstd, dx, ws, ws_bytes, dw, m, n);
+      const size_t count = static_cast<size_t>(m) * n;
+      auto api = [&] {
+        check(rms_norm_backward(rows(dy, DType::kBFloat16, m, n), sh.x, sh.w, sh.rstd,
+                                rows(dx, DType::kBFloat16, m, n), sh.dw, sh.ws, bp),
+              "backward");
+      };
+      CK(cudaMemset(dx, 0xff, count * 2));
+      api();
+      CK(cudaDeviceSynchronize());
+      ref.resize(count);
+      ref_dw.resize(static_cast<size_t>(n));
+      CK(cudaMemcpy(ref.data(), dx, count * 2, cudaMemcpyDeviceToHost));
+      CK(cudaMemcpy(ref_dw.data(), dw, static_cast<size_t>(n) * 2, cudaMemcpyDeviceToHost));
+      const float t_api = time_med(api, true);
+      const core::RmsNormBwdPlan p = core::plan_rms_norm_backward(n, 8, true, true, 4, true);
+      const cuda::RmsNormBwdKernelArgs a = bwd_args(dy, x, nullptr, w, rstd, dx, nullptr, ws, m, n);
+      std::printf("N=%5lld M=%6lld (%s %dx%d R%d): API %8.2f", static_cast<long long>(n),
+                  static_cast<long long>(m), core::rms_norm_bwd_path_name(p.path), p.threads, p.vpt,
+                  p.rows_per_block, t_api);
+      for (bool e : {false, true}) {
+        bool fits = true;
+        auto run = [&] {
+          int64_t grid = 0;
+          fits = e ? plain_variant<true>(a, p, &grid) : plain_variant<false>(a, p, &grid);
+          if (fits) {
+            check(cuda::launch_column_sum("early", a.partials, grid, n, DType::kBFloat16, dw,
+                                          nullptr),
+                  "column sum");
+          }
+        };
+        CK(cudaMemset(dx, 0xff, count * 2));
+        CK(cudaMemset(dw, 0xff, static_cast<size_t>(n) * 2));
+        run();
+        CK(cudaDeviceSynchronize());
+        if (!fits) {
+          std::printf(" | %s: no instance", e ? "early" : "plain");
+          continue;
+        }
+        got.resize(count);
+        got_dw.resize(static_cast<size_t>(n));
+        CK(cudaMemcpy(got.data(), dx, count * 2, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(got_dw.data(), dw, static_cast<size_t>(n) * 2, cudaMemcpyDeviceToHost));
+        size_t differ = 0, differ_dw = 0;
+        for (size_t i = 0; i < count; ++i) differ += ref[i] != got[i];
+        for (size_t i = 0; i < ref_dw.size(); ++i) differ_dw += ref_dw[i] != got_dw[i];
+        const float t = time_med(run, true);
+        std::printf(" | %s %8.2f (%zu dx, %zu dw differ)", e ? "early" : "plain", t, differ,
+                    differ_dw);
+      }
+      std::printf("\n");
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -389,6 +487,7 @@ int main(int argc, char** argv) {
   if (argc > 1 && std::strcmp(argv[1], "grid") == 0) grid_cap(x, dy, dx, w, dw, rstd, ws, ws_bytes);
   if (argc > 1 && std::strcmp(argv[1], "splits") == 0)
     splits(x, dy, ds, dx, dres, w, dw, rstd, ws, ws_bytes);
+  if (argc > 1 && std::strcmp(argv[1], "early") == 0) early(x, dy, dx, w, dw, rstd, ws, ws_bytes);
   if (argc > 1 && std::strcmp(argv[1], "narrow") == 0) {
     narrow(x, dy, dx, w, dw, rstd, ws, ws_bytes);
     single(x, dy, dx, w, dw, rstd, ws, ws_bytes);

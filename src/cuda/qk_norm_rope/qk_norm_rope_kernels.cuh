@@ -82,14 +82,28 @@ constexpr int kQkVecMinBlocks = 4;
 /// Blocks per multiprocessor the pair kernel's register budget is set for.
 constexpr int kQkPairMinBlocks = 3;
 
-/// Stores r as the rstd of head hh (q heads first, then k) of token t in q_rstd / k_rstd
-/// (token-major), when that output is saved.
-__device__ __forceinline__ void qk_store_rstd(const QkNormRopeArgs& args, int64_t t, int hh,
-                                              float r) {
+/// Where head hh's rstd goes (q heads first, then k): token t's value at base[t * step] of
+/// q_rstd or k_rstd (token-major); base is null when that output is not saved.
+struct QkRstdSlot {
+  float* base;
+  int step;
+  __device__ __forceinline__ void store(int64_t t, float r) const {
+    if (base != nullptr) base[t * step] = r;
+  }
+};
+
+/// Head hh's rstd slot (QkRstdSlot).
+__device__ __forceinline__ QkRstdSlot qk_rstd_slot(const QkNormRopeArgs& args, int hh) {
   const RopeKernelArgs& a = args.rope;
   const bool is_q = hh < a.hq;
   float* rs = is_q ? args.q_rstd : args.k_rstd;
-  if (rs != nullptr) rs[t * (is_q ? a.hq : a.hk) + (is_q ? hh : hh - a.hq)] = r;
+  return {rs != nullptr ? rs + (is_q ? hh : hh - a.hq) : nullptr, is_q ? a.hq : a.hk};
+}
+
+/// Stores r as the rstd of head hh of token t, when that output is saved (QkRstdSlot).
+__device__ __forceinline__ void qk_store_rstd(const QkNormRopeArgs& args, int64_t t, int hh,
+                                              float r) {
+  qk_rstd_slot(args, hh).store(t, r);
 }
 
 /// Channel pair (ia, ib) of slot m.

@@ -117,11 +117,9 @@ __global__ void __launch_bounds__(core::kQkLeanRunThreads, core::kQkLeanRunMinBl
   const LeanRunLane ln = lean_run_lane<kGptj>(a, kD / 2);
   if (ln.hh >= a.hq + a.hk) return;
   const int oa = ln.oa, ob = ln.ob;
-  // Flat walk: the thread's rstd slot of token 0 and the slots per token (qk_store_rstd's
-  // layout), kept; the general walk asks qk_store_rstd per token (fewer live registers).
-  float* const rs = ln.is_q ? args.q_rstd : args.k_rstd;
-  float* const rs_head = Spec::kFlat && rs != nullptr ? rs + ln.head : nullptr;
-  const int rs_step = ln.is_q ? a.hq : a.hk;
+  // Flat walk: the thread's rstd slot, kept; the general walk asks qk_store_rstd per token
+  // (fewer live registers).
+  const QkRstdSlot rs = Spec::kFlat ? qk_rstd_slot(args, ln.hh) : QkRstdSlot{nullptr, 0};
   griddep_wait();
   float w0[V], w1[V];
   qk_head_weights<V, std::conditional_t<Spec::kWeightsAsData, T, void>>(args, ln.hh, oa, ob, w0,
@@ -134,7 +132,7 @@ __global__ void __launch_bounds__(core::kQkLeanRunThreads, core::kQkLeanRunMinBl
             args, y,
             [&](float r) {
               if constexpr (Spec::kFlat) {
-                if (rs_head != nullptr) rs_head[t * rs_step] = r;
+                rs.store(t, r);
               } else {
                 qk_store_rstd(args, t, ln.hh, r);
               }

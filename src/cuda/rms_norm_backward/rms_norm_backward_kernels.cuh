@@ -76,6 +76,27 @@ __device__ __forceinline__ float bwd_weight_global(const RmsNormBwdKernelArgs& a
   return a.weight != nullptr ? load_dyn(a.weight, a.w_dtype, col) + a.w_offset : 1.0f;
 }
 
+/// Which parts a call has: tested at run time, or fixed when kPlain (the facts core::bwd_plain_call
+/// accepts: a weight, the rstd saved, dw wanted, no ds, no dresidual).
+template <bool kPlain>
+struct BwdParts {
+  __device__ __forceinline__ static bool weight(const RmsNormBwdKernelArgs& a) {
+    return kPlain || a.weight != nullptr;
+  }
+  __device__ __forceinline__ static bool rstd_saved(const RmsNormBwdKernelArgs& a) {
+    return kPlain || a.rstd != nullptr;
+  }
+  __device__ __forceinline__ static bool dw(const RmsNormBwdKernelArgs& a) {
+    return kPlain || a.partials != nullptr;
+  }
+  __device__ __forceinline__ static bool ds(const RmsNormBwdKernelArgs& a) {
+    return !kPlain && a.ds != nullptr;
+  }
+  __device__ __forceinline__ static bool dres(const RmsNormBwdKernelArgs& a) {
+    return !kPlain && a.dres != nullptr;
+  }
+};
+
 /// The row's two sums, reduced over the warp (kWarp) or block: r (from rstd, or recomputed from
 /// sum_sq with the forward's formula) and the mean term c.
 template <bool kWarp, bool kPlain = false>
@@ -83,7 +104,7 @@ __device__ __forceinline__ void bwd_row_scalars(const RmsNormBwdKernelArgs& a, f
                                                 float sum_sq, float saved_r, float* scratch,
                                                 float* r, float* c) {
   float rr = saved_r;
-  if (!kPlain && a.rstd == nullptr) {
+  if (!BwdParts<kPlain>::rstd_saved(a)) {
     sum_sq = kWarp ? warp_sum(sum_sq) : block_sum(sum_sq, scratch);
     rr = rms_rstd(sum_sq, a.n, a.eps);
   }
@@ -130,7 +151,7 @@ __device__ __forceinline__ void bwd_issue_row(const RmsNormBwdKernelArgs& a, int
   const Tdy* dy = static_cast<const Tdy*>(a.dy) + a.dy_rows.offset(row);
   const Tin* x = static_cast<const Tin*>(a.x) + a.x_rows.offset(row);
   const Tin* ds =
-      !kPlain && a.ds != nullptr ? static_cast<const Tin*>(a.ds) + a.ds_rows.offset(row) : nullptr;
+      BwdParts<kPlain>::ds(a) ? static_cast<const Tin*>(a.ds) + a.ds_rows.offset(row) : nullptr;
   const int p = bwd_row_phase<Tin, Tdy, V>(a, row);
   const int nbody = static_cast<int>((a.n - p) / V);
   const int edges = static_cast<int>(a.n - static_cast<int64_t>(nbody) * V);
@@ -150,7 +171,7 @@ __device__ __forceinline__ void bwd_issue_row(const RmsNormBwdKernelArgs& a, int
     e.x = load_elem(x, col);
     if (ds != nullptr) e.ds = load_elem(ds, col);
   }
-  if (kPlain || a.rstd != nullptr) cp_async_4(ring.rstd_slot(s), a.rstd + row);
+  if (BwdParts<kPlain>::rstd_saved(a)) cp_async_4(ring.rstd_slot(s), a.rstd + row);
 }
 
 /// Index (in float4 units) of chunk c of vector k in a thread's own shared slots.
@@ -208,7 +229,7 @@ __device__ __forceinline__ float bwd_stage_own_weights(const RmsNormBwdKernelArg
 template <int V, bool kSmemAcc, bool kPlain = false>
 __device__ __forceinline__ void bwd_weights(const RmsNormBwdKernelArgs& a, const float* own, int k,
                                             int64_t col, int tid, int nthreads, float (&f)[V]) {
-  if (!kPlain && a.weight == nullptr) {
+  if (!BwdParts<kPlain>::weight(a)) {
 #pragma unroll
     for (int i = 0; i < V; ++i) f[i] = 1.0f;
   } else if constexpr (kSmemAcc) {
@@ -232,13 +253,17 @@ __device__ __forceinline__ void bwd_weights(const RmsNormBwdKernelArgs& a, const
 /// Weight factors: the thread's own slots `own` and its edge column's factor wf_e (uniform phase),
 /// else read from global memory. kPlain: the facts core::bwd_plain_call fixes hold (a weight, the
 /// rstd saved, dw wanted, no ds, no dresidual, dx in the input's dtype), so none is tested.
+/// kEarly: the first look keeps the thread's dy and x as stored in registers (no ds) and calls
+/// refill() once the thread's slots of stage s are read, before the row's sums are reduced; the
+/// second look widens the registers again (the same values, so the same bits).
 template <typename Tin, typename Tdy, int V, int VPT, int S, bool kWarp, bool kSmemAcc,
-          bool kPlain = false>
+          bool kPlain = false, bool kEarly = false, typename Refill>
 __device__ __forceinline__ void bwd_consume_row(const RmsNormBwdKernelArgs& a, int64_t row, int s,
                                                 const BwdRing<Tin, Tdy, V, VPT, S>& ring,
                                                 const float* own, float wf_e, float* acc_tab,
                                                 float* scratch, const BwdEdge<Tin, Tdy>& e,
-                                                float (&acc)[VPT][V], float& acc_e) {
+                                                float (&acc)[VPT][V], float& acc_e,
+                                                Refill&& refill) {
   const int tid = ring.tid, nthreads = ring.nthreads;
   const int p = bwd_row_phase<Tin, Tdy, V>(a, row);
   const int nbody = static_cast<int>((a.n - p) / V);
@@ -246,7 +271,8 @@ __device__ __forceinline__ void bwd_consume_row(const RmsNormBwdKernelArgs& a, i
   const bool has_edge = tid < edges;
   const int64_t e_col = has_edge ? edge_col(tid, p, nbody, V) : 0;
   static_assert(!kPlain || !kSmemAcc, "a plain call has a uniform phase");
-  const bool recompute = !kPlain && a.rstd == nullptr;
+  static_assert(!kEarly || kPlain, "the early refill holds no ds");
+  const bool recompute = !BwdParts<kPlain>::rstd_saved(a);
   // Partials table slot of column p + j * V + i is sbase[i] + j.
   const int lanes = static_cast<int>(a.lanes);
   int sbase[V] = {};
@@ -256,14 +282,24 @@ __device__ __forceinline__ void bwd_consume_row(const RmsNormBwdKernelArgs& a, i
   }
 
   // First look: sum of g * x (and of x^2 when r is recomputed).
+  constexpr int kHeld = kEarly ? VPT : 1;
+  RawVec<Tdy, V> dy_held[kHeld];
+  RawVec<Tin, V> x_held[kHeld];
   float sum_gx = 0.0f, sum_sq = 0.0f;
 #pragma unroll
   for (int k = 0; k < VPT; ++k) {
     const int j = tid + k * nthreads;
     if (j < nbody) {
       float dyv[V], xv[V], f[V];
-      load_pack<Tdy, V>(reinterpret_cast<const Tdy*>(ring.dy_slot(s, k)), dyv);
-      load_pack<Tin, V>(reinterpret_cast<const Tin*>(ring.x_slot(s, k)), xv);
+      if constexpr (kEarly) {
+        load_raw<Tdy, V>(reinterpret_cast<const Tdy*>(ring.dy_slot(s, k)), dy_held[k]);
+        load_raw<Tin, V>(reinterpret_cast<const Tin*>(ring.x_slot(s, k)), x_held[k]);
+        widen<Tdy, V>(dy_held[k], dyv);
+        widen<Tin, V>(x_held[k], xv);
+      } else {
+        load_pack<Tdy, V>(reinterpret_cast<const Tdy*>(ring.dy_slot(s, k)), dyv);
+        load_pack<Tin, V>(reinterpret_cast<const Tin*>(ring.x_slot(s, k)), xv);
+      }
       bwd_weights<V, kSmemAcc, kPlain>(a, own, k, p + static_cast<int64_t>(j) * V, tid, nthreads,
                                        f);
 #pragma unroll
@@ -281,23 +317,29 @@ __device__ __forceinline__ void bwd_consume_row(const RmsNormBwdKernelArgs& a, i
     sum_gx += rms_bwd_g(e_dy, e_wf) * e_x;
     if (recompute) sum_sq += e_x * e_x;
   }
+  const float saved_r = recompute ? 0.0f : *ring.rstd_slot(s);
+  refill();
   float r, c;
-  bwd_row_scalars<kWarp, kPlain>(a, sum_gx, sum_sq, recompute ? 0.0f : *ring.rstd_slot(s), scratch,
-                                 &r, &c);
+  bwd_row_scalars<kWarp, kPlain>(a, sum_gx, sum_sq, saved_r, scratch, &r, &c);
 
   // Second look: dx (+ ds), and dy * xh into the partials.
   const int64_t dx_off = a.dx_rows.offset(row);
-  const bool has_ds = !kPlain && a.ds != nullptr, has_dres = !kPlain && a.dres != nullptr;
+  const bool has_ds = BwdParts<kPlain>::ds(a), has_dres = BwdParts<kPlain>::dres(a);
   const int64_t dres_off = has_dres ? a.dres_rows.offset(row) : 0;
-  const bool want_dw = kPlain || a.partials != nullptr;
+  const bool want_dw = BwdParts<kPlain>::dw(a);
 #pragma unroll
   for (int k = 0; k < VPT; ++k) {
     const int j = tid + k * nthreads;
     if (j < nbody) {
       const int64_t col = p + static_cast<int64_t>(j) * V;
       float dyv[V], xv[V], f[V], out[V];
-      load_pack<Tdy, V>(reinterpret_cast<const Tdy*>(ring.dy_slot(s, k)), dyv);
-      load_pack<Tin, V>(reinterpret_cast<const Tin*>(ring.x_slot(s, k)), xv);
+      if constexpr (kEarly) {
+        widen<Tdy, V>(dy_held[k], dyv);
+        widen<Tin, V>(x_held[k], xv);
+      } else {
+        load_pack<Tdy, V>(reinterpret_cast<const Tdy*>(ring.dy_slot(s, k)), dyv);
+        load_pack<Tin, V>(reinterpret_cast<const Tin*>(ring.x_slot(s, k)), xv);
+      }
       bwd_weights<V, kSmemAcc, kPlain>(a, own, k, p + static_cast<int64_t>(j) * V, tid, nthreads,
                                        f);
 #pragma unroll
@@ -386,9 +428,12 @@ __device__ __forceinline__ void bwd_store_partials(float* dst, bool table, int l
 /// floats each) or, for kSmemAcc, one partials table (lanes * V floats) per warp (warp path) or
 /// for the block; per warp (or for the block) S rstd slots per thread; then per warp (or for the
 /// block) the ring's dy, x and ds regions. kPlain: launched only for calls core::bwd_plain_call
-/// accepts, whose facts it then takes as fixed (the same bits as the general form).
+/// accepts, whose facts it then takes as fixed (the same bits as the general form). kEarly
+/// (plain only): a thread refills its slots of a stage with the row S ahead as soon as it has
+/// read them (bwd_consume_row), so S rows are in flight while a row's sums are reduced and its
+/// dx written, against S - 1; the same bits.
 template <typename Tin, typename Tdy, int V, int VPT, int S, bool kWarp, bool kSmemAcc,
-          bool kPlain = false>
+          bool kPlain = false, bool kEarly = false>
 __global__ void __launch_bounds__(core::kBwdMaxThreads, VPT <= 2 ? 2 : 1)
     rms_norm_bwd_rows_kernel(const RmsNormBwdKernelArgs a) {
   using R = BwdRing<Tin, Tdy, V, VPT, S>;
@@ -399,7 +444,7 @@ __global__ void __launch_bounds__(core::kBwdMaxThreads, VPT <= 2 ? 2 : 1)
   const int nthreads = kWarp ? 32 : blockDim.x;
   const int slices = kWarp ? blockDim.y : 1;
   const int slice = kWarp ? threadIdx.y : 0;
-  const bool has_w = kPlain || a.weight != nullptr;
+  const bool has_w = BwdParts<kPlain>::weight(a);
   // Uniform phase: every thread's own weight slots; kSmemAcc: the partials tables.
   const int own = VPT * nthreads * V;
   float* w_own = !kSmemAcc && has_w ? scratch + 32 + slice * own : nullptr;
@@ -409,7 +454,7 @@ __global__ void __launch_bounds__(core::kBwdMaxThreads, VPT <= 2 ? 2 : 1)
   unsigned char* ring_base = reinterpret_cast<unsigned char*>(rstd_base + slices * S * nthreads);
   const int64_t dy_region = static_cast<int64_t>(S) * VPT * nthreads * R::kDyBytes;
   const int64_t x_region = static_cast<int64_t>(S) * VPT * nthreads * R::kXBytes;
-  const int64_t slice_bytes = dy_region + x_region + (!kPlain && a.ds != nullptr ? x_region : 0);
+  const int64_t slice_bytes = dy_region + x_region + (BwdParts<kPlain>::ds(a) ? x_region : 0);
   R ring;
   ring.nthreads = nthreads;
   ring.tid = threadIdx.x;
@@ -430,13 +475,16 @@ __global__ void __launch_bounds__(core::kBwdMaxThreads, VPT <= 2 ? 2 : 1)
     for (int i = 0; i < V; ++i) acc[k][i] = 0.0f;
   }
   float acc_e = 0.0f;
-  BwdEdge<Tin, Tdy> edge[S];
+  // Rows of this thread's sequence in flight ahead of the one consumed (kEarly: one more while
+  // a row is reduced and written), and their edge elements' register queue.
+  constexpr int kAhead = kEarly ? S : S - 1;
+  BwdEdge<Tin, Tdy> edge[kAhead + 1];
 
   griddep_wait();
   griddep_launch_dependents();
-  // Prologue: rows 0 .. S-2 of this thread's sequence into stages 0 .. S-2.
+  // Prologue: rows 0 .. kAhead-1 of this thread's sequence into stages 0 .. kAhead-1.
 #pragma unroll
-  for (int s = 0; s < S - 1; ++s) {
+  for (int s = 0; s < kAhead; ++s) {
     const int64_t r = first_row + s * step;
     if (r < a.m) bwd_issue_row<Tin, Tdy, V, VPT, S, kPlain>(a, r, s, ring, edge[s]);
     cp_async_commit();
@@ -457,27 +505,34 @@ __global__ void __launch_bounds__(core::kBwdMaxThreads, VPT <= 2 ? 2 : 1)
   __syncthreads();
 
   // Row it of this thread's sequence sits in stage it % S; its edge element in the register
-  // queue edge[0 .. S-1] (edge[0]: the row consumed next), shifted once per row so every index
-  // is static without unrolling the loop (the shift waits for the edge loads of the rows ahead;
-  // aligned rows have none; the rstd goes through the ring so that nothing else has to wait).
+  // queue edge[0 .. kAhead] (edge[0]: the row consumed next), shifted once per row so every
+  // index is static without unrolling the loop (the shift waits for the edge loads of the rows
+  // ahead; aligned rows have none; the rstd goes through the ring so that nothing else has to
+  // wait). The row kAhead ahead goes into the stage freed last: before the row's wait (the
+  // stage consumed by the previous row), or (kEarly) into the row's own stage once read.
   int64_t row = first_row;
 #pragma unroll 1
   for (int it = 0; row < a.m; ++it) {
     const int s = it % S;
-    const int64_t ahead = row + (S - 1) * step;
-    if (ahead < a.m) {
-      bwd_issue_row<Tin, Tdy, V, VPT, S, kPlain>(a, ahead, (it + S - 1) % S, ring, edge[S - 1]);
-    }
-    cp_async_commit();
+    const int64_t ahead = row + kAhead * step;
+    auto refill = [&](int stage) {
+      if (ahead < a.m) {
+        bwd_issue_row<Tin, Tdy, V, VPT, S, kPlain>(a, ahead, stage, ring, edge[kAhead]);
+      }
+      cp_async_commit();
+    };
+    if constexpr (!kEarly) refill((it + S - 1) % S);
     cp_async_wait<S - 1>();
-    bwd_consume_row<Tin, Tdy, V, VPT, S, kWarp, kSmemAcc, kPlain>(
-        a, row, s, ring, w_own, wf_e, acc_tab, scratch, edge[0], acc, acc_e);
+    bwd_consume_row<Tin, Tdy, V, VPT, S, kWarp, kSmemAcc, kPlain, kEarly>(
+        a, row, s, ring, w_own, wf_e, acc_tab, scratch, edge[0], acc, acc_e, [&] {
+          if constexpr (kEarly) refill(s);
+        });
 #pragma unroll
-    for (int q = 0; q + 1 < S; ++q) edge[q] = edge[q + 1];
+    for (int q = 0; q < kAhead; ++q) edge[q] = edge[q + 1];
     row += step;
   }
 
-  if (!kPlain && a.partials == nullptr) return;
+  if (!BwdParts<kPlain>::dw(a)) return;
   float* part = a.partials + static_cast<int64_t>(blockIdx.x) * a.n;
   if constexpr (!kWarp) {
     if constexpr (kSmemAcc) {
