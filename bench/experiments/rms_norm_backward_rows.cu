@@ -6,9 +6,9 @@
 // ring at 4 vectors per thread with its resident blocks per SM capped at 4 ... 1 (function
 // grid_cap: fewer partial rows); with "narrow" it also times rows of
 // N = 256, 512 and 1024 (the warp-per-row ring) at other rows per block, ring depths and as the
-// block ring (function narrow), and single rows by part (function single); with "early" it also
-// times the plain ring kernel with the early refill against the library's order (function
-// early); with "splits" it also
+// block ring (function narrow), and single rows by part (function single); with "stages" it also
+// times the plain ring kernel at 2 (the library's), 3 and 4 stages (function stages); with
+// "splits" it also
 // times the block-per-row ring kernel at every threads x vectors-per-thread split that fits (the
 // most elementwise ulps by which dx differs from the production plan's at M = 4096: a different
 // reduction order, amplified where g and xh * mean nearly cancel). Question: what sets the time
@@ -335,42 +335,46 @@ void single(void* x, void* dy, void* dx, void* w, void* dw, void* rstd, void* ws
   }
 }
 
-// The plain ring kernel (kPlain) of plan p launched directly, kEarly as asked: the early refill
-// (a thread's stage refilled once read) against the library's order; false when p is not a
-// ring plan this function instantiates.
-template <bool kEarly>
-bool plain_variant(const cuda::RmsNormBwdKernelArgs& a, const core::RmsNormBwdPlan& p,
-                   int64_t* grid) {
+// The plain ring kernel (kPlain) of plan p launched directly with an S-stage ring (the library
+// fixes S = 2: core::kBwdBlockStages, kBwdWarpStages), shared memory as core::bwd_smem_bytes
+// charges it; false when p is not a ring plan this function instantiates or does not fit.
+template <int S>
+bool plain_stages(const cuda::RmsNormBwdKernelArgs& a, core::RmsNormBwdPlan p, int64_t* grid) {
   const bool warp = p.path == core::RmsNormBwdPath::kWarpPerRow;
   void (*kernel)(cuda::RmsNormBwdKernelArgs) = nullptr;
   using cuda::bf16;
   if (warp && p.vpt == 4) {
-    kernel = cuda::rms_norm_bwd_rows_kernel<bf16, bf16, 8, 4, 2, true, false, true, kEarly>;
+    kernel = cuda::rms_norm_bwd_rows_kernel<bf16, bf16, 8, 4, S, true, false, true>;
   } else if (!warp && p.vpt == 4) {
-    kernel = cuda::rms_norm_bwd_rows_kernel<bf16, bf16, 8, 4, 2, false, false, true, kEarly>;
+    kernel = cuda::rms_norm_bwd_rows_kernel<bf16, bf16, 8, 4, S, false, false, true>;
   } else if (!warp && p.vpt == 2) {
-    kernel = cuda::rms_norm_bwd_rows_kernel<bf16, bf16, 8, 2, 2, false, false, true, kEarly>;
+    kernel = cuda::rms_norm_bwd_rows_kernel<bf16, bf16, 8, 2, S, false, false, true>;
   }
-  if (kernel == nullptr || p.stages != 2 || p.smem_acc) return false;
+  if (kernel == nullptr || p.smem_acc) return false;
+  p.stages = S;
+  p.smem_bytes = core::bwd_smem_bytes(p, 4, true);
   const size_t smem = static_cast<size_t>(p.smem_bytes);
-  CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                          static_cast<int>(smem)));
+  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(smem)) != cudaSuccess) {
+    return false;
+  }
   const dim3 block = warp ? dim3(32, p.rows_per_block) : dim3(p.threads);
   int resident = 0;
   CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, block.x * block.y, smem));
+  if (resident == 0) return false;
   *grid = core::bwd_grid(a.m, a.n, p, resident, cuda::device_sm_count());
   kernel<<<static_cast<unsigned>(*grid), block, smem>>>(a);
   return true;
 }
 
-// The plain call (rstd saved, bf16 weight and dw) on the production plan: the public call, its
-// plain ring kernel launched directly, and the same kernel with the early refill (kEarly), each
-// with the column sum; dx and dw compared with the public call's bits. Question: does refilling
-// a stage as soon as it is read (S rows in flight while a row is reduced and written, against
-// S - 1) pay, at the price of holding the row's dy and x in registers?
-void early(void* x, void* dy, void* dx, void* w, void* dw, void* rstd, void* ws, size_t ws_bytes) {
-  std::printf(
-      "\nplain ring kernel: the library's refill order against the early refill (us, cold)\n");
+// The plain call (rstd saved, bf16 weight and dw) on the production plan: the public call, and
+// its plain ring kernel launched directly at S = 2 (the library's), 3 and 4 stages, each with the
+// column sum; dx and dw compared with the public call's bits. Question: with the plain kernel's
+// 96 registers (4 blocks of 128 x 4 per SM at S = 2), does a deeper ring at fewer blocks per SM
+// pay? (The early refill, a stage refilled as soon as read with dy and x held in registers,
+// spilled and lost everywhere: rms-bwd-early-8ebfa03-nvidia-h200.log.)
+void stages(void* x, void* dy, void* dx, void* w, void* dw, void* rstd, void* ws, size_t ws_bytes) {
+  std::printf("\nplain ring kernel by ring depth (us, cold; blocks per SM in brackets)\n");
   RmsNormBackwardParams bp;
   bp.eps = 1e-6f;
   std::vector<uint16_t> ref, got, ref_dw, got_dw;
@@ -396,13 +400,15 @@ void early(void* x, void* dy, void* dx, void* w, void* dw, void* rstd, void* ws,
       std::printf("N=%5lld M=%6lld (%s %dx%d R%d): API %8.2f", static_cast<long long>(n),
                   static_cast<long long>(m), core::rms_norm_bwd_path_name(p.path), p.threads, p.vpt,
                   p.rows_per_block, t_api);
-      for (bool e : {false, true}) {
+      for (int depth : {2, 3, 4}) {
         bool fits = true;
+        int64_t grid = 0;
         auto run = [&] {
-          int64_t grid = 0;
-          fits = e ? plain_variant<true>(a, p, &grid) : plain_variant<false>(a, p, &grid);
+          fits = depth == 2   ? plain_stages<2>(a, p, &grid)
+                 : depth == 3 ? plain_stages<3>(a, p, &grid)
+                              : plain_stages<4>(a, p, &grid);
           if (fits) {
-            check(cuda::launch_column_sum("early", a.partials, grid, n, DType::kBFloat16, dw,
+            check(cuda::launch_column_sum("stages", a.partials, grid, n, DType::kBFloat16, dw,
                                           nullptr),
                   "column sum");
           }
@@ -412,7 +418,7 @@ void early(void* x, void* dy, void* dx, void* w, void* dw, void* rstd, void* ws,
         run();
         CK(cudaDeviceSynchronize());
         if (!fits) {
-          std::printf(" | %s: no instance", e ? "early" : "plain");
+          std::printf(" | S%d: no fit", depth);
           continue;
         }
         got.resize(count);
@@ -423,8 +429,9 @@ void early(void* x, void* dy, void* dx, void* w, void* dw, void* rstd, void* ws,
         for (size_t i = 0; i < count; ++i) differ += ref[i] != got[i];
         for (size_t i = 0; i < ref_dw.size(); ++i) differ_dw += ref_dw[i] != got_dw[i];
         const float t = time_med(run, true);
-        std::printf(" | %s %8.2f (%zu dx, %zu dw differ)", e ? "early" : "plain", t, differ,
-                    differ_dw);
+        const int64_t per_sm = (grid + cuda::device_sm_count() - 1) / cuda::device_sm_count();
+        std::printf(" | S%d %8.2f [%lld] (%zu dx, %zu dw differ)", depth, t,
+                    static_cast<long long>(per_sm), differ, differ_dw);
       }
       std::printf("\n");
     }
@@ -487,7 +494,7 @@ int main(int argc, char** argv) {
   if (argc > 1 && std::strcmp(argv[1], "grid") == 0) grid_cap(x, dy, dx, w, dw, rstd, ws, ws_bytes);
   if (argc > 1 && std::strcmp(argv[1], "splits") == 0)
     splits(x, dy, ds, dx, dres, w, dw, rstd, ws, ws_bytes);
-  if (argc > 1 && std::strcmp(argv[1], "early") == 0) early(x, dy, dx, w, dw, rstd, ws, ws_bytes);
+  if (argc > 1 && std::strcmp(argv[1], "stages") == 0) stages(x, dy, dx, w, dw, rstd, ws, ws_bytes);
   if (argc > 1 && std::strcmp(argv[1], "narrow") == 0) {
     narrow(x, dy, dx, w, dw, rstd, ws, ws_bytes);
     single(x, dy, dx, w, dw, rstd, ws, ws_bytes);

@@ -253,17 +253,13 @@ __device__ __forceinline__ void bwd_weights(const RmsNormBwdKernelArgs& a, const
 /// Weight factors: the thread's own slots `own` and its edge column's factor wf_e (uniform phase),
 /// else read from global memory. kPlain: the facts core::bwd_plain_call fixes hold (a weight, the
 /// rstd saved, dw wanted, no ds, no dresidual, dx in the input's dtype), so none is tested.
-/// kEarly: the first look keeps the thread's dy and x as stored in registers (no ds) and calls
-/// refill() once the thread's slots of stage s are read, before the row's sums are reduced; the
-/// second look widens the registers again (the same values, so the same bits).
 template <typename Tin, typename Tdy, int V, int VPT, int S, bool kWarp, bool kSmemAcc,
-          bool kPlain = false, bool kEarly = false, typename Refill>
+          bool kPlain = false>
 __device__ __forceinline__ void bwd_consume_row(const RmsNormBwdKernelArgs& a, int64_t row, int s,
                                                 const BwdRing<Tin, Tdy, V, VPT, S>& ring,
                                                 const float* own, float wf_e, float* acc_tab,
                                                 float* scratch, const BwdEdge<Tin, Tdy>& e,
-                                                float (&acc)[VPT][V], float& acc_e,
-                                                Refill&& refill) {
+                                                float (&acc)[VPT][V], float& acc_e) {
   const int tid = ring.tid, nthreads = ring.nthreads;
   const int p = bwd_row_phase<Tin, Tdy, V>(a, row);
   const int nbody = static_cast<int>((a.n - p) / V);
@@ -271,7 +267,6 @@ __device__ __forceinline__ void bwd_consume_row(const RmsNormBwdKernelArgs& a, i
   const bool has_edge = tid < edges;
   const int64_t e_col = has_edge ? edge_col(tid, p, nbody, V) : 0;
   static_assert(!kPlain || !kSmemAcc, "a plain call has a uniform phase");
-  static_assert(!kEarly || kPlain, "the early refill holds no ds");
   const bool recompute = !BwdParts<kPlain>::rstd_saved(a);
   // Partials table slot of column p + j * V + i is sbase[i] + j.
   const int lanes = static_cast<int>(a.lanes);
@@ -282,24 +277,14 @@ __device__ __forceinline__ void bwd_consume_row(const RmsNormBwdKernelArgs& a, i
   }
 
   // First look: sum of g * x (and of x^2 when r is recomputed).
-  constexpr int kHeld = kEarly ? VPT : 1;
-  RawVec<Tdy, V> dy_held[kHeld];
-  RawVec<Tin, V> x_held[kHeld];
   float sum_gx = 0.0f, sum_sq = 0.0f;
 #pragma unroll
   for (int k = 0; k < VPT; ++k) {
     const int j = tid + k * nthreads;
     if (j < nbody) {
       float dyv[V], xv[V], f[V];
-      if constexpr (kEarly) {
-        load_raw<Tdy, V>(reinterpret_cast<const Tdy*>(ring.dy_slot(s, k)), dy_held[k]);
-        load_raw<Tin, V>(reinterpret_cast<const Tin*>(ring.x_slot(s, k)), x_held[k]);
-        widen<Tdy, V>(dy_held[k], dyv);
-        widen<Tin, V>(x_held[k], xv);
-      } else {
-        load_pack<Tdy, V>(reinterpret_cast<const Tdy*>(ring.dy_slot(s, k)), dyv);
-        load_pack<Tin, V>(reinterpret_cast<const Tin*>(ring.x_slot(s, k)), xv);
-      }
+      load_pack<Tdy, V>(reinterpret_cast<const Tdy*>(ring.dy_slot(s, k)), dyv);
+      load_pack<Tin, V>(reinterpret_cast<const Tin*>(ring.x_slot(s, k)), xv);
       bwd_weights<V, kSmemAcc, kPlain>(a, own, k, p + static_cast<int64_t>(j) * V, tid, nthreads,
                                        f);
 #pragma unroll
@@ -317,10 +302,9 @@ __device__ __forceinline__ void bwd_consume_row(const RmsNormBwdKernelArgs& a, i
     sum_gx += rms_bwd_g(e_dy, e_wf) * e_x;
     if (recompute) sum_sq += e_x * e_x;
   }
-  const float saved_r = recompute ? 0.0f : *ring.rstd_slot(s);
-  refill();
   float r, c;
-  bwd_row_scalars<kWarp, kPlain>(a, sum_gx, sum_sq, saved_r, scratch, &r, &c);
+  bwd_row_scalars<kWarp, kPlain>(a, sum_gx, sum_sq, recompute ? 0.0f : *ring.rstd_slot(s), scratch,
+                                 &r, &c);
 
   // Second look: dx (+ ds), and dy * xh into the partials.
   const int64_t dx_off = a.dx_rows.offset(row);
@@ -333,13 +317,8 @@ __device__ __forceinline__ void bwd_consume_row(const RmsNormBwdKernelArgs& a, i
     if (j < nbody) {
       const int64_t col = p + static_cast<int64_t>(j) * V;
       float dyv[V], xv[V], f[V], out[V];
-      if constexpr (kEarly) {
-        widen<Tdy, V>(dy_held[k], dyv);
-        widen<Tin, V>(x_held[k], xv);
-      } else {
-        load_pack<Tdy, V>(reinterpret_cast<const Tdy*>(ring.dy_slot(s, k)), dyv);
-        load_pack<Tin, V>(reinterpret_cast<const Tin*>(ring.x_slot(s, k)), xv);
-      }
+      load_pack<Tdy, V>(reinterpret_cast<const Tdy*>(ring.dy_slot(s, k)), dyv);
+      load_pack<Tin, V>(reinterpret_cast<const Tin*>(ring.x_slot(s, k)), xv);
       bwd_weights<V, kSmemAcc, kPlain>(a, own, k, p + static_cast<int64_t>(j) * V, tid, nthreads,
                                        f);
 #pragma unroll
@@ -428,12 +407,9 @@ __device__ __forceinline__ void bwd_store_partials(float* dst, bool table, int l
 /// floats each) or, for kSmemAcc, one partials table (lanes * V floats) per warp (warp path) or
 /// for the block; per warp (or for the block) S rstd slots per thread; then per warp (or for the
 /// block) the ring's dy, x and ds regions. kPlain: launched only for calls core::bwd_plain_call
-/// accepts, whose facts it then takes as fixed (the same bits as the general form). kEarly
-/// (plain only): a thread refills its slots of a stage with the row S ahead as soon as it has
-/// read them (bwd_consume_row), so S rows are in flight while a row's sums are reduced and its
-/// dx written, against S - 1; the same bits.
+/// accepts, whose facts it then takes as fixed (the same bits as the general form).
 template <typename Tin, typename Tdy, int V, int VPT, int S, bool kWarp, bool kSmemAcc,
-          bool kPlain = false, bool kEarly = false>
+          bool kPlain = false>
 __global__ void __launch_bounds__(core::kBwdMaxThreads, VPT <= 2 ? 2 : 1)
     rms_norm_bwd_rows_kernel(const RmsNormBwdKernelArgs a) {
   using R = BwdRing<Tin, Tdy, V, VPT, S>;
@@ -475,16 +451,13 @@ __global__ void __launch_bounds__(core::kBwdMaxThreads, VPT <= 2 ? 2 : 1)
     for (int i = 0; i < V; ++i) acc[k][i] = 0.0f;
   }
   float acc_e = 0.0f;
-  // Rows of this thread's sequence in flight ahead of the one consumed (kEarly: one more while
-  // a row is reduced and written), and their edge elements' register queue.
-  constexpr int kAhead = kEarly ? S : S - 1;
-  BwdEdge<Tin, Tdy> edge[kAhead + 1];
+  BwdEdge<Tin, Tdy> edge[S];
 
   griddep_wait();
   griddep_launch_dependents();
-  // Prologue: rows 0 .. kAhead-1 of this thread's sequence into stages 0 .. kAhead-1.
+  // Prologue: rows 0 .. S-2 of this thread's sequence into stages 0 .. S-2.
 #pragma unroll
-  for (int s = 0; s < kAhead; ++s) {
+  for (int s = 0; s < S - 1; ++s) {
     const int64_t r = first_row + s * step;
     if (r < a.m) bwd_issue_row<Tin, Tdy, V, VPT, S, kPlain>(a, r, s, ring, edge[s]);
     cp_async_commit();
@@ -505,30 +478,23 @@ __global__ void __launch_bounds__(core::kBwdMaxThreads, VPT <= 2 ? 2 : 1)
   __syncthreads();
 
   // Row it of this thread's sequence sits in stage it % S; its edge element in the register
-  // queue edge[0 .. kAhead] (edge[0]: the row consumed next), shifted once per row so every
-  // index is static without unrolling the loop (the shift waits for the edge loads of the rows
-  // ahead; aligned rows have none; the rstd goes through the ring so that nothing else has to
-  // wait). The row kAhead ahead goes into the stage freed last: before the row's wait (the
-  // stage consumed by the previous row), or (kEarly) into the row's own stage once read.
+  // queue edge[0 .. S-1] (edge[0]: the row consumed next), shifted once per row so every index
+  // is static without unrolling the loop (the shift waits for the edge loads of the rows ahead;
+  // aligned rows have none; the rstd goes through the ring so that nothing else has to wait).
   int64_t row = first_row;
 #pragma unroll 1
   for (int it = 0; row < a.m; ++it) {
     const int s = it % S;
-    const int64_t ahead = row + kAhead * step;
-    auto refill = [&](int stage) {
-      if (ahead < a.m) {
-        bwd_issue_row<Tin, Tdy, V, VPT, S, kPlain>(a, ahead, stage, ring, edge[kAhead]);
-      }
-      cp_async_commit();
-    };
-    if constexpr (!kEarly) refill((it + S - 1) % S);
+    const int64_t ahead = row + (S - 1) * step;
+    if (ahead < a.m) {
+      bwd_issue_row<Tin, Tdy, V, VPT, S, kPlain>(a, ahead, (it + S - 1) % S, ring, edge[S - 1]);
+    }
+    cp_async_commit();
     cp_async_wait<S - 1>();
-    bwd_consume_row<Tin, Tdy, V, VPT, S, kWarp, kSmemAcc, kPlain, kEarly>(
-        a, row, s, ring, w_own, wf_e, acc_tab, scratch, edge[0], acc, acc_e, [&] {
-          if constexpr (kEarly) refill(s);
-        });
+    bwd_consume_row<Tin, Tdy, V, VPT, S, kWarp, kSmemAcc, kPlain>(
+        a, row, s, ring, w_own, wf_e, acc_tab, scratch, edge[0], acc, acc_e);
 #pragma unroll
-    for (int q = 0; q < kAhead; ++q) edge[q] = edge[q + 1];
+    for (int q = 0; q + 1 < S; ++q) edge[q] = edge[q + 1];
     row += step;
   }
 
