@@ -36,6 +36,16 @@ constexpr int kBwdMinThreads = 128;
 /// rows per block: N = 1024, M = 32768 85.6 us at 4 rows x 4 stages, 63.0 us at 8 x 2).
 constexpr int kBwdWarpStages = 2;
 constexpr int kBwdBlockStages = 2;
+/// The plain block-path kernel at kBwdPlainDeepVpt vectors per thread takes kBwdPlainDeepStages
+/// stages where kBwdPlainDeepMinBlocks of its blocks fit per SM (bwd_plain_plan). H200, bf16,
+/// N = 4096 (128 x 4, 96 registers at 2 stages, 117 at 3; rms-bwd-stages-5ca16f3-nvidia-h200.log):
+/// M = 32768 210.6 -> 203.9 us (4 -> 3 blocks per SM), M = 1024 21.6 -> 19.7, M = 4096 35.6 ->
+/// 35.9; at N = 8192 (256 x 4) three stages leave one block per SM (408.1 -> 480.1 us), and
+/// at 2 vectors per thread (N = 2048) the 64-register bound spills (122.1 -> 148.9 us). The
+/// launcher asks it for 16-bit rows only (f32 is not measured).
+constexpr int kBwdPlainDeepStages = 3;
+constexpr int kBwdPlainDeepVpt = 4;
+constexpr int kBwdPlainDeepMinBlocks = 3;
 /// Threads of a two-pass block.
 constexpr int kBwdTwoPassThreads = 512;
 /// Dynamic shared memory one ring-path block may use, so that two blocks fit on an sm_90 SM.
@@ -117,5 +127,14 @@ struct BwdPlainFacts {
 /// fixed): a ring path with register partials (uniform phase), the rstd saved, a weight, dw
 /// wanted, no ds and no dresidual, dx and dy in the input's dtype.
 bool bwd_plain_call(const RmsNormBwdPlan& p, const BwdPlainFacts& f);
+
+/// The plan a plain call (bwd_plain_call) runs: p at kBwdPlainDeepStages stages when p is the
+/// block path at kBwdPlainDeepVpt vectors per thread and kBwdPlainDeepMinBlocks blocks of the
+/// deeper ring fit in smem_per_sm bytes of shared memory (each block charged its dynamic shared
+/// memory plus smem_reserved bytes); else p. A row's split (and so its dx) is p's either way;
+/// the grid, and so the grouping of dw's partial rows, follows the blocks that fit.
+/// `ring_elem_bytes`: dy + x per column.
+RmsNormBwdPlan bwd_plain_plan(const RmsNormBwdPlan& p, int ring_elem_bytes, int64_t smem_per_sm,
+                              int64_t smem_reserved);
 
 }  // namespace ropenorm::core

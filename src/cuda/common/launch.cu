@@ -42,6 +42,14 @@ int device_sm_count() {
 
 int device_cc_major() { return cached_attribute(cudaDevAttrComputeCapabilityMajor, 0); }
 
+int device_smem_per_sm() {
+  return cached_attribute(cudaDevAttrMaxSharedMemoryPerMultiprocessor, 0);
+}
+
+int device_smem_reserved_per_block() {
+  return cached_attribute(cudaDevAttrReservedSharedMemoryPerBlock, 0);
+}
+
 int blocks_per_sm(const void* func, int threads, size_t dynamic_smem) {
   static std::map<std::tuple<int, const void*, int, size_t>, int> cache;
   int dev = 0;

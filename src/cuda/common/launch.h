@@ -12,6 +12,11 @@ int device_sm_count();
 /// Compute capability major version of the current device.
 int device_cc_major();
 
+/// Shared memory per multiprocessor of the current device, and the part of it the driver
+/// reserves per resident block (bytes).
+int device_smem_per_sm();
+int device_smem_reserved_per_block();
+
 /// Resident blocks per multiprocessor for kernel `func` at this block size and dynamic shared
 /// memory, on the current device (at least 1).
 int blocks_per_sm(const void* func, int threads, size_t dynamic_smem);

@@ -1,6 +1,6 @@
 // Per-dtype launch of the RMSNorm backward kernels: picks the kernel instantiation for a plan
 // (path, vector width, vectors per thread, ring depth, where dw partials live, and the plain form
-// for the calls core::bwd_plain_call accepts) and launches it on
+// for the calls core::bwd_plain_call accepts, on core::bwd_plain_plan's ring) and launches it on
 // the caller's stream with a persistent grid. Included by exactly one .cu per input dtype, which
 // instantiates it; the launcher calls it through dispatch.
 #pragma once
@@ -55,19 +55,29 @@ Status launch_persistent(const char* op, Kernel kernel, const RmsNormBwdKernelAr
   return e == cudaSuccess ? Status::Ok() : launch_error(op, e);
 }
 
-// plain: core::bwd_plain_call accepted the call (built for equal dtypes with register partials).
+// plain: core::bwd_plain_call accepted the call (built for equal dtypes with register partials),
+// at the ring's own depth or, on the block path at core::kBwdPlainDeepVpt vectors per thread,
+// at core::kBwdPlainDeepStages (core::bwd_plain_plan).
 template <typename Tin, typename Tdy, int V, int VPT, bool kWarp, bool kSmemAcc>
 Status launch_stages(const char* op, const RmsNormBwdKernelArgs& a, const core::RmsNormBwdPlan& p,
                      bool plain, cudaStream_t s, int64_t* grid) {
   constexpr int kStages = kWarp ? core::kBwdWarpStages : core::kBwdBlockStages;
-  if (p.stages != kStages) return bad_plan(op, "ring stages", p.stages);
+  constexpr int kDeep = core::kBwdPlainDeepStages;
   if constexpr (!kSmemAcc && std::is_same_v<Tin, Tdy>) {
-    if (plain) {
+    if (plain && p.stages == kStages) {
       return launch_persistent(
           op, rms_norm_bwd_rows_kernel<Tin, Tdy, V, VPT, kStages, kWarp, false, true>, a, p, s,
           grid);
     }
+    if constexpr (!kWarp && VPT == core::kBwdPlainDeepVpt && sizeof(Tin) == 2) {
+      if (plain && p.stages == kDeep) {
+        return launch_persistent(
+            op, rms_norm_bwd_rows_kernel<Tin, Tdy, V, VPT, kDeep, false, false, true>, a, p, s,
+            grid);
+      }
+    }
   }
+  if (p.stages != kStages) return bad_plan(op, "ring stages", p.stages);
   if (plain) return bad_plan(op, "plain call of dtype pair", static_cast<int>(DTypeOf<Tdy>::value));
   return launch_persistent(op, rms_norm_bwd_rows_kernel<Tin, Tdy, V, VPT, kStages, kWarp, kSmemAcc>,
                            a, p, s, grid);
@@ -105,10 +115,16 @@ Status launch_rows(const char* op, const RmsNormBwdKernelArgs& a, const core::Rm
   f.dx_as_input = a.dx_dtype == DTypeOf<Tin>::value;
   f.dy_as_input = std::is_same_v<Tin, Tdy>;
   const bool plain = core::bwd_plain_call(p, f);
-  if (p.path == core::RmsNormBwdPath::kWarpPerRow) {
-    return launch_vpt<Tin, Tdy, V, true, kSmemAcc>(op, a, p, plain, s, grid);
+  // The deeper plain ring is measured for 16-bit rows; f32 rows keep the plan's.
+  const core::RmsNormBwdPlan q =
+      plain && sizeof(Tin) == 2
+          ? core::bwd_plain_plan(p, 2 * static_cast<int>(sizeof(Tin)), device_smem_per_sm(),
+                                 device_smem_reserved_per_block())
+          : p;
+  if (q.path == core::RmsNormBwdPath::kWarpPerRow) {
+    return launch_vpt<Tin, Tdy, V, true, kSmemAcc>(op, a, q, plain, s, grid);
   }
-  return launch_vpt<Tin, Tdy, V, false, kSmemAcc>(op, a, p, plain, s, grid);
+  return launch_vpt<Tin, Tdy, V, false, kSmemAcc>(op, a, q, plain, s, grid);
 }
 
 template <typename Tin, typename Tdy, int V>
