@@ -132,12 +132,14 @@ bool bwd_plain_call(const RmsNormBwdPlan& p, const BwdPlainFacts& f) {
          !f.ds && !f.dresidual && f.dx_as_input && f.dy_as_input;
 }
 
-RmsNormBwdPlan bwd_plain_plan(const RmsNormBwdPlan& p, int ring_elem_bytes, int64_t smem_per_sm,
+RmsNormBwdPlan bwd_plain_plan(const RmsNormBwdPlan& p, int elem_bytes, int64_t smem_per_sm,
                               int64_t smem_reserved) {
-  if (p.path != RmsNormBwdPath::kBlockPerRow || p.vpt != kBwdPlainDeepVpt) return p;
+  if (elem_bytes != 2 || p.path != RmsNormBwdPath::kBlockPerRow || p.vpt != kBwdPlainDeepVpt) {
+    return p;
+  }
   RmsNormBwdPlan deep = p;
   deep.stages = kBwdPlainDeepStages;
-  deep.smem_bytes = bwd_smem_bytes(deep, ring_elem_bytes, true);
+  deep.smem_bytes = bwd_smem_bytes(deep, 2 * elem_bytes, true);
   const bool fits = kBwdPlainDeepMinBlocks * (deep.smem_bytes + smem_reserved) <= smem_per_sm;
   return fits ? deep : p;
 }

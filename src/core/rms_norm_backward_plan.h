@@ -38,11 +38,11 @@ constexpr int kBwdWarpStages = 2;
 constexpr int kBwdBlockStages = 2;
 /// The plain block-path kernel at kBwdPlainDeepVpt vectors per thread takes kBwdPlainDeepStages
 /// stages where kBwdPlainDeepMinBlocks of its blocks fit per SM (bwd_plain_plan). H200, bf16,
-/// N = 4096 (128 x 4, 96 registers at 2 stages, 117 at 3; rms-bwd-stages-5ca16f3-nvidia-h200.log):
+/// N = 4096 (128 x 4, 96 registers at 2 stages, 110 at 3; rms-bwd-stages-5ca16f3-nvidia-h200.log):
 /// M = 32768 210.6 -> 203.9 us (4 -> 3 blocks per SM), M = 1024 21.6 -> 19.7, M = 4096 35.6 ->
 /// 35.9; at N = 8192 (256 x 4) three stages leave one block per SM (408.1 -> 480.1 us), and
-/// at 2 vectors per thread (N = 2048) the 64-register bound spills (122.1 -> 148.9 us). The
-/// launcher asks it for 16-bit rows only (f32 is not measured).
+/// at 2 vectors per thread (N = 2048) the 64-register bound spills (122.1 -> 148.9 us). 16-bit
+/// rows only (f32 is not measured).
 constexpr int kBwdPlainDeepStages = 3;
 constexpr int kBwdPlainDeepVpt = 4;
 constexpr int kBwdPlainDeepMinBlocks = 3;
@@ -128,13 +128,13 @@ struct BwdPlainFacts {
 /// wanted, no ds and no dresidual, dx and dy in the input's dtype.
 bool bwd_plain_call(const RmsNormBwdPlan& p, const BwdPlainFacts& f);
 
-/// The plan a plain call (bwd_plain_call) runs: p at kBwdPlainDeepStages stages when p is the
-/// block path at kBwdPlainDeepVpt vectors per thread and kBwdPlainDeepMinBlocks blocks of the
-/// deeper ring fit in smem_per_sm bytes of shared memory (each block charged its dynamic shared
-/// memory plus smem_reserved bytes); else p. A row's split (and so its dx) is p's either way;
-/// the grid, and so the grouping of dw's partial rows, follows the blocks that fit.
-/// `ring_elem_bytes`: dy + x per column.
-RmsNormBwdPlan bwd_plain_plan(const RmsNormBwdPlan& p, int ring_elem_bytes, int64_t smem_per_sm,
+/// The plan a plain call (bwd_plain_call) runs, for dy and x of elem_bytes bytes each: p at
+/// kBwdPlainDeepStages stages when the rows are 16-bit, p is the block path at kBwdPlainDeepVpt
+/// vectors per thread and kBwdPlainDeepMinBlocks blocks of the deeper ring fit in smem_per_sm
+/// bytes of shared memory (each block charged its dynamic shared memory plus smem_reserved
+/// bytes); else p. A row's split (and so its dx) is p's either way; the grid, and so the
+/// grouping of dw's partial rows, follows the blocks that fit.
+RmsNormBwdPlan bwd_plain_plan(const RmsNormBwdPlan& p, int elem_bytes, int64_t smem_per_sm,
                               int64_t smem_reserved);
 
 }  // namespace ropenorm::core

@@ -285,10 +285,8 @@ TEST(GpuRmsNormBackward, PlainKernelMatchesGeneral) {
     const int elem = s.dt == DType::kFloat32 ? 4 : 2;
     const core::RmsNormBwdPlan general =
         core::plan_rms_norm_backward(s.n, 16 / elem, true, true, 2 * elem, true);
-    const core::RmsNormBwdPlan ran =
-        elem == 2 ? core::bwd_plain_plan(general, 2 * elem, cuda::device_smem_per_sm(),
-                                         cuda::device_smem_reserved_per_block())
-                  : general;
+    const core::RmsNormBwdPlan ran = core::bwd_plain_plan(general, elem, cuda::device_smem_per_sm(),
+                                                          cuda::device_smem_reserved_per_block());
     if (ran.stages == general.stages || s.m <= deep_rows) {
       EXPECT_EQ(plain.dw_out.bytes, d.dw_out.bytes) << verify::describe(c);
     }

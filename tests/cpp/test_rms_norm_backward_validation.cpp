@@ -451,25 +451,29 @@ TEST(CpuRmsNormBackwardPlan, PlainCallRule) {
   }
 }
 
-// The plain call's deeper ring: the block path at 4 vectors per thread where three of its
-// blocks fit per SM (16-bit N = 4096 on sm_90's 228 KiB, 1 KiB reserved per block); not on a
-// smaller SM (sm_80's 164 KiB), nor for wider rows (N = 8192: 256 threads), fewer vectors per
-// thread (N = 2048) or the warp path (N = 1024). The split (and so dx) never changes.
+// The plain call's deeper ring: 16-bit rows on the block path at 4 vectors per thread where
+// three of its blocks fit per SM (N = 4096 on sm_90's 228 KiB, 1 KiB reserved per block); not
+// on a smaller SM (sm_80's 164 KiB), for f32 rows (N = 2048 at 128 x 4: not measured), wider
+// rows (N = 8192: 256 threads), fewer vectors per thread (N = 2048) or the warp path
+// (N = 1024). The split (and so dx) never changes.
 TEST(CpuRmsNormBackwardPlan, PlainPlanDeepRing) {
   constexpr int64_t kSm90 = 228 * 1024, kSm80 = 164 * 1024, kReserved = 1024;
   const core::RmsNormBwdPlan p = core::plan_rms_norm_backward(4096, 8, true, true, 4, true);
-  const core::RmsNormBwdPlan deep = core::bwd_plain_plan(p, 4, kSm90, kReserved);
+  const core::RmsNormBwdPlan deep = core::bwd_plain_plan(p, 2, kSm90, kReserved);
   EXPECT_EQ(deep.stages, core::kBwdPlainDeepStages);
   EXPECT_EQ(deep.smem_bytes, core::bwd_smem_bytes(deep, 4, true));
   EXPECT_LE(core::kBwdPlainDeepMinBlocks * (deep.smem_bytes + kReserved), kSm90);
   EXPECT_EQ(deep.threads, p.threads);
   EXPECT_EQ(deep.vpt, p.vpt);
   EXPECT_EQ(deep.path, p.path);
-  EXPECT_EQ(core::bwd_plain_plan(p, 4, kSm80, kReserved).stages, p.stages);
+  EXPECT_EQ(core::bwd_plain_plan(p, 2, kSm80, kReserved).stages, p.stages);
+  const core::RmsNormBwdPlan f32 = core::plan_rms_norm_backward(2048, 4, true, true, 8, true);
+  EXPECT_EQ(f32.vpt, core::kBwdPlainDeepVpt);
+  EXPECT_EQ(core::bwd_plain_plan(f32, 4, kSm90, kReserved).stages, f32.stages);
   for (int64_t n : {8192, 2048, 1024}) {
     const core::RmsNormBwdPlan q = core::plan_rms_norm_backward(n, 8, true, true, 4, true);
-    EXPECT_EQ(core::bwd_plain_plan(q, 4, kSm90, kReserved).stages, q.stages) << n;
-    EXPECT_EQ(core::bwd_plain_plan(q, 4, kSm90, kReserved).smem_bytes, q.smem_bytes) << n;
+    EXPECT_EQ(core::bwd_plain_plan(q, 2, kSm90, kReserved).stages, q.stages) << n;
+    EXPECT_EQ(core::bwd_plain_plan(q, 2, kSm90, kReserved).smem_bytes, q.smem_bytes) << n;
   }
 }
 

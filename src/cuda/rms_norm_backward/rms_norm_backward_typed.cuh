@@ -69,6 +69,7 @@ Status launch_stages(const char* op, const RmsNormBwdKernelArgs& a, const core::
           op, rms_norm_bwd_rows_kernel<Tin, Tdy, V, VPT, kStages, kWarp, false, true>, a, p, s,
           grid);
     }
+    // core::bwd_plain_plan's deeper ring: built for what it gives (16-bit rows, block path).
     if constexpr (!kWarp && VPT == core::kBwdPlainDeepVpt && sizeof(Tin) == 2) {
       if (plain && p.stages == kDeep) {
         return launch_persistent(
@@ -115,12 +116,10 @@ Status launch_rows(const char* op, const RmsNormBwdKernelArgs& a, const core::Rm
   f.dx_as_input = a.dx_dtype == DTypeOf<Tin>::value;
   f.dy_as_input = std::is_same_v<Tin, Tdy>;
   const bool plain = core::bwd_plain_call(p, f);
-  // The deeper plain ring is measured for 16-bit rows; f32 rows keep the plan's.
   const core::RmsNormBwdPlan q =
-      plain && sizeof(Tin) == 2
-          ? core::bwd_plain_plan(p, 2 * static_cast<int>(sizeof(Tin)), device_smem_per_sm(),
-                                 device_smem_reserved_per_block())
-          : p;
+      plain ? core::bwd_plain_plan(p, static_cast<int>(sizeof(Tin)), device_smem_per_sm(),
+                                   device_smem_reserved_per_block())
+            : p;
   if (q.path == core::RmsNormBwdPath::kWarpPerRow) {
     return launch_vpt<Tin, Tdy, V, true, kSmemAcc>(op, a, q, plain, s, grid);
   }
