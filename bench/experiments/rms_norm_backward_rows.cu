@@ -7,9 +7,9 @@
 // grid_cap: fewer partial rows); with "narrow" it also times rows of
 // N = 256, 512 and 1024 (the warp-per-row ring) at other rows per block, ring depths and as the
 // block ring (function narrow), and single rows by part (function single); with "stages" it also
-// times the plain ring kernel at 2 (the library's), 3 and 4 stages (function stages); with
-// "splits" it also
-// times the block-per-row ring kernel at every threads x vectors-per-thread split that fits (the
+// times the plain ring kernel at 2 (the library's), 3 and 4 stages (function stages), with
+// "general" the general ring kernel at 2 and 3 (function general); with "splits" it also times
+// the block-per-row ring kernel at every threads x vectors-per-thread split that fits (the
 // most elementwise ulps by which dx differs from the production plan's at M = 4096: a different
 // reduction order, amplified where g and xh * mean nearly cancel). Question: what sets the time
 // of a row in the ring kernel, whose plain op at N = 4096 moved 60% of the fused add's bytes in
@@ -432,6 +432,106 @@ void stages(void* x, void* dy, void* dx, void* w, void* dw, void* rstd, void* ws
         const int64_t per_sm = (grid + cuda::device_sm_count() - 1) / cuda::device_sm_count();
         std::printf(" | S%d %8.2f [%lld] (%zu dx, %zu dw differ)", depth, t,
                     static_cast<long long>(per_sm), differ, differ_dw);
+      }
+      std::printf("\n");
+    }
+  }
+}
+
+// The general ring kernel (block path, 4 vectors per thread, register partials) launched
+// directly at S stages, shared memory as core::bwd_smem_bytes charges it for `ring_bytes` per
+// column; false when it does not fit.
+template <int S>
+bool general_stages(const cuda::RmsNormBwdKernelArgs& a, core::RmsNormBwdPlan p, int ring_bytes,
+                    int64_t* grid) {
+  if (p.path != core::RmsNormBwdPath::kBlockPerRow || p.vpt != 4 || p.smem_acc) return false;
+  auto* kernel = cuda::rms_norm_bwd_rows_kernel<cuda::bf16, cuda::bf16, 8, 4, S, false, false>;
+  p.stages = S;
+  p.smem_bytes = core::bwd_smem_bytes(p, ring_bytes, true);
+  const size_t smem = static_cast<size_t>(p.smem_bytes);
+  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(smem)) != cudaSuccess) {
+    return false;
+  }
+  int resident = 0;
+  CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, p.threads, smem));
+  if (resident == 0) return false;
+  *grid = core::bwd_grid(a.m, a.n, p, resident, cuda::device_sm_count());
+  kernel<<<static_cast<unsigned>(*grid), p.threads, smem>>>(a);
+  return true;
+}
+
+// The calls the deeper ring does not serve (they take the general kernel): the rstd recomputed,
+// and the fused add (ds read, dresidual written), N = 4096, at 2 stages (the library's) and 3;
+// the public call beside them, dx compared with its bits. Question: would the general kernel
+// gain from 3 stages as the plain one does?
+void general(void* x, void* dy, void* ds, void* dx, void* dres, void* w, void* dw, void* rstd,
+             void* ws, size_t ws_bytes) {
+  std::printf("\ngeneral ring kernel at N = 4096 by ring depth (us, cold; blocks per SM)\n");
+  RmsNormBackwardParams bp;
+  bp.eps = 1e-6f;
+  std::vector<uint16_t> ref, got;
+  const int64_t n = 4096;
+  for (bool fused : {false, true}) {
+    for (int64_t m : {4096, 32768}) {
+      const BwdShape sh = bwd_shape(x, w, rstd, dx, ws, ws_bytes, dw, m, n);
+      const size_t count = static_cast<size_t>(m) * n;
+      const TensorRef none{};
+      auto api = [&] {
+        if (fused) {
+          check(add_rms_norm_backward(rows(dy, DType::kBFloat16, m, n),
+                                      rows(ds, DType::kBFloat16, m, n), sh.x, sh.w, sh.rstd,
+                                      rows(dx, DType::kBFloat16, m, n),
+                                      rows(dres, DType::kBFloat16, m, n), sh.dw, sh.ws, bp),
+                "fused");
+        } else {
+          check(rms_norm_backward(rows(dy, DType::kBFloat16, m, n), sh.x, sh.w, none,
+                                  rows(dx, DType::kBFloat16, m, n), sh.dw, sh.ws, bp),
+                "recomputed");
+        }
+      };
+      CK(cudaMemset(dx, 0xff, count * 2));
+      api();
+      CK(cudaDeviceSynchronize());
+      ref.resize(count);
+      CK(cudaMemcpy(ref.data(), dx, count * 2, cudaMemcpyDeviceToHost));
+      const float t_api = time_med(api, true);
+      const int ring_bytes = fused ? 6 : 4;
+      const core::RmsNormBwdPlan p =
+          core::plan_rms_norm_backward(n, 8, true, true, ring_bytes, true);
+      const cuda::RmsNormBwdKernelArgs a =
+          bwd_args(dy, x, fused ? ds : nullptr, w, fused ? rstd : nullptr, dx,
+                   fused ? dres : nullptr, ws, m, n);
+      std::printf("%s M=%6lld: API %8.2f",
+                  fused ? "fused add, rstd saved" : "plain, recomputed    ",
+                  static_cast<long long>(m), t_api);
+      for (int depth : {2, 3}) {
+        bool fits = true;
+        int64_t grid = 0;
+        auto run = [&] {
+          fits = depth == 2 ? general_stages<2>(a, p, ring_bytes, &grid)
+                            : general_stages<3>(a, p, ring_bytes, &grid);
+          if (fits) {
+            check(cuda::launch_column_sum("general", a.partials, grid, n, DType::kBFloat16, dw,
+                                          nullptr),
+                  "column sum");
+          }
+        };
+        CK(cudaMemset(dx, 0xff, count * 2));
+        run();
+        CK(cudaDeviceSynchronize());
+        if (!fits) {
+          std::printf(" | S%d: no fit", depth);
+          continue;
+        }
+        got.resize(count);
+        CK(cudaMemcpy(got.data(), dx, count * 2, cudaMemcpyDeviceToHost));
+        size_t differ = 0;
+        for (size_t i = 0; i < count; ++i) differ += ref[i] != got[i];
+        const float t = time_med(run, true);
+        const int64_t per_sm = (grid + cuda::device_sm_count() - 1) / cuda::device_sm_count();
+        std::printf(" | S%d %8.2f [%lld] (%zu dx differ)", depth, t, static_cast<long long>(per_sm),
+                    differ);
       }
       std::printf("\n");
     }
