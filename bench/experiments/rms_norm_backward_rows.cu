@@ -595,6 +595,8 @@ int main(int argc, char** argv) {
   if (argc > 1 && std::strcmp(argv[1], "splits") == 0)
     splits(x, dy, ds, dx, dres, w, dw, rstd, ws, ws_bytes);
   if (argc > 1 && std::strcmp(argv[1], "stages") == 0) stages(x, dy, dx, w, dw, rstd, ws, ws_bytes);
+  if (argc > 1 && std::strcmp(argv[1], "general") == 0)
+    general(x, dy, ds, dx, dres, w, dw, rstd, ws, ws_bytes);
   if (argc > 1 && std::strcmp(argv[1], "narrow") == 0) {
     narrow(x, dy, dx, w, dw, rstd, ws, ws_bytes);
     single(x, dy, dx, w, dw, rstd, ws, ws_bytes);
