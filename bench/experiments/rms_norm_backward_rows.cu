@@ -48,6 +48,48 @@ int ulp_dist(uint16_t a, uint16_t b) {
   return std::abs(key(a) - key(b));
 }
 
+// The count 16-bit values of the device buffer dev.
+std::vector<uint16_t> device_values(const void* dev, size_t count) {
+  std::vector<uint16_t> v(count);
+  CK(cudaMemcpy(v.data(), dev, count * 2, cudaMemcpyDeviceToHost));
+  return v;
+}
+
+// dev's values after poisoning them and running `call` once.
+template <typename Call>
+std::vector<uint16_t> poisoned_run(Call&& call, void* dev, size_t count) {
+  CK(cudaMemset(dev, 0xff, count * 2));
+  call();
+  CK(cudaDeviceSynchronize());
+  return device_values(dev, count);
+}
+
+// Values of got that differ from ref (the same count).
+size_t differing(const std::vector<uint16_t>& ref, const std::vector<uint16_t>& got) {
+  size_t differ = 0;
+  for (size_t i = 0; i < ref.size(); ++i) differ += ref[i] != got[i];
+  return differ;
+}
+
+// Launches ring kernel `kernel` of plan p (its block shape and dynamic shared memory) directly on
+// the persistent grid core::bwd_grid sizes from the blocks that fit per SM; false when none fits.
+bool launch_ring(void (*kernel)(cuda::RmsNormBwdKernelArgs), const cuda::RmsNormBwdKernelArgs& a,
+                 const core::RmsNormBwdPlan& p, int64_t* grid) {
+  const size_t smem = static_cast<size_t>(p.smem_bytes);
+  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(smem)) != cudaSuccess) {
+    return false;
+  }
+  const bool warp = p.path == core::RmsNormBwdPath::kWarpPerRow;
+  const dim3 block = warp ? dim3(32, p.rows_per_block) : dim3(p.threads);
+  int resident = 0;
+  CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, block.x * block.y, smem));
+  if (resident == 0) return false;
+  *grid = core::bwd_grid(a.m, a.n, p, resident, cuda::device_sm_count());
+  kernel<<<static_cast<unsigned>(*grid), block, smem>>>(a);
+  return true;
+}
+
 // The block-per-row ring plan at vpt vectors per thread (threads 0 when the split does not
 // fit), shared memory as core::plan_rms_norm_backward charges it.
 core::RmsNormBwdPlan split_plan(int64_t n, int vpt, int ring_elem_bytes) {
@@ -138,7 +180,7 @@ void grid_cap(void* x, void* dy, void* dx, void* w, void* dw, void* rstd, void* 
       "\nblock ring at 4 vectors per thread, blocks per SM capped (rstd saved; us, cold)\n");
   RmsNormBackwardParams bp;
   bp.eps = 1e-6f;
-  std::vector<uint16_t> ref, got;
+  std::vector<uint16_t> ref;
   for (int64_t n : {4096, 8192}) {
     for (int64_t m : {1024, 4096, 32768}) {
       const BwdShape sh = bwd_shape(x, w, rstd, dx, ws, ws_bytes, dw, m, n);
@@ -171,13 +213,7 @@ void grid_cap(void* x, void* dy, void* dx, void* w, void* dw, void* rstd, void* 
               cuda::launch_column_sum("cap", a.partials, grid, a.n, DType::kBFloat16, dw, nullptr),
               "column sum");
         };
-        CK(cudaMemset(dx, 0xff, count * 2));
-        run();
-        CK(cudaDeviceSynchronize());
-        got.resize(count);
-        CK(cudaMemcpy(got.data(), dx, count * 2, cudaMemcpyDeviceToHost));
-        size_t differ = 0;
-        for (size_t i = 0; i < count; ++i) differ += ref[i] != got[i];
+        const size_t differ = differing(ref, poisoned_run(run, dx, count));
         const float t = time_med(run, true);
         std::printf(" | %d/SM (grid %lld) %7.2f, %zu dx differ", k, static_cast<long long>(grid), t,
                     differ);
@@ -201,16 +237,8 @@ bool warp_variant(const cuda::RmsNormBwdKernelArgs& a, int rows_per_block, int64
   p.smem_acc = false;
   p.smem_bytes = core::bwd_smem_bytes(p, 4, true);
   if (p.smem_bytes > core::kBwdSmemBudget) return false;
-  auto* kernel = cuda::rms_norm_bwd_rows_kernel<cuda::bf16, cuda::bf16, 8, VPT, S, true, false>;
-  const size_t smem = static_cast<size_t>(p.smem_bytes);
-  if (smem > 48 * 1024)
-    CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                            static_cast<int>(smem)));
-  int resident = 0;
-  CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, 32 * rows_per_block, smem));
-  *grid = core::bwd_grid(a.m, a.n, p, resident, cuda::device_sm_count());
-  kernel<<<static_cast<unsigned>(*grid), dim3(32, rows_per_block), smem>>>(a);
-  return true;
+  return launch_ring(cuda::rms_norm_bwd_rows_kernel<cuda::bf16, cuda::bf16, 8, VPT, S, true, false>,
+                     a, p, grid);
 }
 
 // Rows of at most 128 vectors (the warp-per-row ring): the production plan against the warp
@@ -335,36 +363,62 @@ void single(void* x, void* dy, void* dx, void* w, void* dw, void* rstd, void* ws
   }
 }
 
-// The plain ring kernel (kPlain) of plan p launched directly with an S-stage ring (the library
-// fixes S = 2: core::kBwdBlockStages, kBwdWarpStages), shared memory as core::bwd_smem_bytes
-// charges it; false when p is not a ring plan this function instantiates or does not fit.
-template <int S>
-bool plain_stages(const cuda::RmsNormBwdKernelArgs& a, core::RmsNormBwdPlan p, int64_t* grid) {
+// The ring kernel of plan p (the plain form when kPlain, else the general one; register
+// partials) launched directly with an S-stage ring (the library fixes S = 2 but for
+// core::bwd_plain_plan's deeper plain ring), shared memory as core::bwd_smem_bytes charges it for
+// `ring_bytes` per column; false when p is not a split this function instantiates (warp path
+// 32 x 4, block path 4 or 2 vectors per thread) or does not fit.
+template <int S, bool kPlain>
+bool ring_stages(const cuda::RmsNormBwdKernelArgs& a, core::RmsNormBwdPlan p, int ring_bytes,
+                 int64_t* grid) {
   const bool warp = p.path == core::RmsNormBwdPath::kWarpPerRow;
   void (*kernel)(cuda::RmsNormBwdKernelArgs) = nullptr;
   using cuda::bf16;
   if (warp && p.vpt == 4) {
-    kernel = cuda::rms_norm_bwd_rows_kernel<bf16, bf16, 8, 4, S, true, false, true>;
+    kernel = cuda::rms_norm_bwd_rows_kernel<bf16, bf16, 8, 4, S, true, false, kPlain>;
   } else if (!warp && p.vpt == 4) {
-    kernel = cuda::rms_norm_bwd_rows_kernel<bf16, bf16, 8, 4, S, false, false, true>;
+    kernel = cuda::rms_norm_bwd_rows_kernel<bf16, bf16, 8, 4, S, false, false, kPlain>;
   } else if (!warp && p.vpt == 2) {
-    kernel = cuda::rms_norm_bwd_rows_kernel<bf16, bf16, 8, 2, S, false, false, true>;
+    kernel = cuda::rms_norm_bwd_rows_kernel<bf16, bf16, 8, 2, S, false, false, kPlain>;
   }
   if (kernel == nullptr || p.smem_acc) return false;
   p.stages = S;
-  p.smem_bytes = core::bwd_smem_bytes(p, 4, true);
-  const size_t smem = static_cast<size_t>(p.smem_bytes);
-  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           static_cast<int>(smem)) != cudaSuccess) {
-    return false;
+  p.smem_bytes = core::bwd_smem_bytes(p, ring_bytes, true);
+  return launch_ring(kernel, a, p, grid);
+}
+
+// One ring depth of a row of the stages and general tables: ring_stages<depth, kPlain> and the
+// column sum, with dx (and dw) poisoned, run once and compared with the public call's ref (and
+// ref_dw, when not empty), then timed; prints the time, the blocks per SM and the values that
+// differ, or that the ring does not fit.
+template <bool kPlain>
+void depth_column(int depth, const cuda::RmsNormBwdKernelArgs& a, const core::RmsNormBwdPlan& p,
+                  int ring_bytes, void* dw, const std::vector<uint16_t>& ref,
+                  const std::vector<uint16_t>& ref_dw) {
+  const size_t count = static_cast<size_t>(a.m * a.n);
+  bool fits = true;
+  int64_t grid = 0;
+  auto run = [&] {
+    fits = depth == 2   ? ring_stages<2, kPlain>(a, p, ring_bytes, &grid)
+           : depth == 3 ? ring_stages<3, kPlain>(a, p, ring_bytes, &grid)
+                        : ring_stages<4, kPlain>(a, p, ring_bytes, &grid);
+    if (fits) {
+      check(cuda::launch_column_sum("depth", a.partials, grid, a.n, DType::kBFloat16, dw, nullptr),
+            "column sum");
+    }
+  };
+  CK(cudaMemset(dw, 0xff, static_cast<size_t>(a.n) * 2));
+  const std::vector<uint16_t> got = poisoned_run(run, a.dx, count);
+  if (!fits) {
+    std::printf(" | S%d: no fit", depth);
+    return;
   }
-  const dim3 block = warp ? dim3(32, p.rows_per_block) : dim3(p.threads);
-  int resident = 0;
-  CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, block.x * block.y, smem));
-  if (resident == 0) return false;
-  *grid = core::bwd_grid(a.m, a.n, p, resident, cuda::device_sm_count());
-  kernel<<<static_cast<unsigned>(*grid), block, smem>>>(a);
-  return true;
+  const size_t differ = differing(ref, got);
+  const float t = time_med(run, true);
+  const int64_t per_sm = (grid + cuda::device_sm_count() - 1) / cuda::device_sm_count();
+  std::printf(" | S%d %8.2f [%lld] (%zu dx", depth, t, static_cast<long long>(per_sm), differ);
+  if (!ref_dw.empty()) std::printf(", %zu dw", differing(ref_dw, device_values(dw, ref_dw.size())));
+  std::printf(" differ)");
 }
 
 // The plain call (rstd saved, bf16 weight and dw) on the production plan: the public call, and
@@ -377,7 +431,6 @@ void stages(void* x, void* dy, void* dx, void* w, void* dw, void* rstd, void* ws
   std::printf("\nplain ring kernel by ring depth (us, cold; blocks per SM in brackets)\n");
   RmsNormBackwardParams bp;
   bp.eps = 1e-6f;
-  std::vector<uint16_t> ref, got, ref_dw, got_dw;
   for (int64_t n : {1024, 2048, 4096, 8192}) {
     for (int64_t m : {1024, 4096, 32768}) {
       const BwdShape sh = bwd_shape(x, w, rstd, dx, ws, ws_bytes, dw, m, n);
@@ -387,78 +440,18 @@ void stages(void* x, void* dy, void* dx, void* w, void* dw, void* rstd, void* ws
                                 rows(dx, DType::kBFloat16, m, n), sh.dw, sh.ws, bp),
               "backward");
       };
-      CK(cudaMemset(dx, 0xff, count * 2));
-      api();
-      CK(cudaDeviceSynchronize());
-      ref.resize(count);
-      ref_dw.resize(static_cast<size_t>(n));
-      CK(cudaMemcpy(ref.data(), dx, count * 2, cudaMemcpyDeviceToHost));
-      CK(cudaMemcpy(ref_dw.data(), dw, static_cast<size_t>(n) * 2, cudaMemcpyDeviceToHost));
+      const std::vector<uint16_t> ref = poisoned_run(api, dx, count);
+      const std::vector<uint16_t> ref_dw = device_values(dw, static_cast<size_t>(n));
       const float t_api = time_med(api, true);
       const core::RmsNormBwdPlan p = core::plan_rms_norm_backward(n, 8, true, true, 4, true);
       const cuda::RmsNormBwdKernelArgs a = bwd_args(dy, x, nullptr, w, rstd, dx, nullptr, ws, m, n);
       std::printf("N=%5lld M=%6lld (%s %dx%d R%d): API %8.2f", static_cast<long long>(n),
                   static_cast<long long>(m), core::rms_norm_bwd_path_name(p.path), p.threads, p.vpt,
                   p.rows_per_block, t_api);
-      for (int depth : {2, 3, 4}) {
-        bool fits = true;
-        int64_t grid = 0;
-        auto run = [&] {
-          fits = depth == 2   ? plain_stages<2>(a, p, &grid)
-                 : depth == 3 ? plain_stages<3>(a, p, &grid)
-                              : plain_stages<4>(a, p, &grid);
-          if (fits) {
-            check(cuda::launch_column_sum("stages", a.partials, grid, n, DType::kBFloat16, dw,
-                                          nullptr),
-                  "column sum");
-          }
-        };
-        CK(cudaMemset(dx, 0xff, count * 2));
-        CK(cudaMemset(dw, 0xff, static_cast<size_t>(n) * 2));
-        run();
-        CK(cudaDeviceSynchronize());
-        if (!fits) {
-          std::printf(" | S%d: no fit", depth);
-          continue;
-        }
-        got.resize(count);
-        got_dw.resize(static_cast<size_t>(n));
-        CK(cudaMemcpy(got.data(), dx, count * 2, cudaMemcpyDeviceToHost));
-        CK(cudaMemcpy(got_dw.data(), dw, static_cast<size_t>(n) * 2, cudaMemcpyDeviceToHost));
-        size_t differ = 0, differ_dw = 0;
-        for (size_t i = 0; i < count; ++i) differ += ref[i] != got[i];
-        for (size_t i = 0; i < ref_dw.size(); ++i) differ_dw += ref_dw[i] != got_dw[i];
-        const float t = time_med(run, true);
-        const int64_t per_sm = (grid + cuda::device_sm_count() - 1) / cuda::device_sm_count();
-        std::printf(" | S%d %8.2f [%lld] (%zu dx, %zu dw differ)", depth, t,
-                    static_cast<long long>(per_sm), differ, differ_dw);
-      }
+      for (int depth : {2, 3, 4}) depth_column<true>(depth, a, p, 4, dw, ref, ref_dw);
       std::printf("\n");
     }
   }
-}
-
-// The general ring kernel (block path, 4 vectors per thread, register partials) launched
-// directly at S stages, shared memory as core::bwd_smem_bytes charges it for `ring_bytes` per
-// column; false when it does not fit.
-template <int S>
-bool general_stages(const cuda::RmsNormBwdKernelArgs& a, core::RmsNormBwdPlan p, int ring_bytes,
-                    int64_t* grid) {
-  if (p.path != core::RmsNormBwdPath::kBlockPerRow || p.vpt != 4 || p.smem_acc) return false;
-  auto* kernel = cuda::rms_norm_bwd_rows_kernel<cuda::bf16, cuda::bf16, 8, 4, S, false, false>;
-  p.stages = S;
-  p.smem_bytes = core::bwd_smem_bytes(p, ring_bytes, true);
-  const size_t smem = static_cast<size_t>(p.smem_bytes);
-  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           static_cast<int>(smem)) != cudaSuccess) {
-    return false;
-  }
-  int resident = 0;
-  CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, p.threads, smem));
-  if (resident == 0) return false;
-  *grid = core::bwd_grid(a.m, a.n, p, resident, cuda::device_sm_count());
-  kernel<<<static_cast<unsigned>(*grid), p.threads, smem>>>(a);
-  return true;
 }
 
 // The calls the deeper ring does not serve (they take the general kernel): the rstd recomputed,
@@ -470,7 +463,6 @@ void general(void* x, void* dy, void* ds, void* dx, void* dres, void* w, void* d
   std::printf("\ngeneral ring kernel at N = 4096 by ring depth (us, cold; blocks per SM)\n");
   RmsNormBackwardParams bp;
   bp.eps = 1e-6f;
-  std::vector<uint16_t> ref, got;
   const int64_t n = 4096;
   for (bool fused : {false, true}) {
     for (int64_t m : {4096, 32768}) {
@@ -490,11 +482,7 @@ void general(void* x, void* dy, void* ds, void* dx, void* dres, void* w, void* d
                 "recomputed");
         }
       };
-      CK(cudaMemset(dx, 0xff, count * 2));
-      api();
-      CK(cudaDeviceSynchronize());
-      ref.resize(count);
-      CK(cudaMemcpy(ref.data(), dx, count * 2, cudaMemcpyDeviceToHost));
+      const std::vector<uint16_t> ref = poisoned_run(api, dx, count);
       const float t_api = time_med(api, true);
       const int ring_bytes = fused ? 6 : 4;
       const core::RmsNormBwdPlan p =
@@ -505,34 +493,7 @@ void general(void* x, void* dy, void* ds, void* dx, void* dres, void* w, void* d
       std::printf("%s M=%6lld: API %8.2f",
                   fused ? "fused add, rstd saved" : "plain, recomputed    ",
                   static_cast<long long>(m), t_api);
-      for (int depth : {2, 3}) {
-        bool fits = true;
-        int64_t grid = 0;
-        auto run = [&] {
-          fits = depth == 2 ? general_stages<2>(a, p, ring_bytes, &grid)
-                            : general_stages<3>(a, p, ring_bytes, &grid);
-          if (fits) {
-            check(cuda::launch_column_sum("general", a.partials, grid, n, DType::kBFloat16, dw,
-                                          nullptr),
-                  "column sum");
-          }
-        };
-        CK(cudaMemset(dx, 0xff, count * 2));
-        run();
-        CK(cudaDeviceSynchronize());
-        if (!fits) {
-          std::printf(" | S%d: no fit", depth);
-          continue;
-        }
-        got.resize(count);
-        CK(cudaMemcpy(got.data(), dx, count * 2, cudaMemcpyDeviceToHost));
-        size_t differ = 0;
-        for (size_t i = 0; i < count; ++i) differ += ref[i] != got[i];
-        const float t = time_med(run, true);
-        const int64_t per_sm = (grid + cuda::device_sm_count() - 1) / cuda::device_sm_count();
-        std::printf(" | S%d %8.2f [%lld] (%zu dx differ)", depth, t, static_cast<long long>(per_sm),
-                    differ);
-      }
+      for (int depth : {2, 3}) depth_column<false>(depth, a, p, ring_bytes, dw, ref, {});
       std::printf("\n");
     }
   }
