@@ -8,7 +8,8 @@
 // N = 256, 512 and 1024 (the warp-per-row ring) at other rows per block, ring depths and as the
 // block ring (function narrow), and single rows by part (function single); with "stages" it also
 // times the plain ring kernel at 2 (the library's), 3 and 4 stages (function stages), with
-// "general" the general ring kernel at 2 and 3 (function general); with "splits" it also times
+// "general" the general ring kernel at 2 and 3 (function general), with "fixed" the plain call's
+// per-launch cost by row count (function fixed); with "splits" it also times
 // the block-per-row ring kernel at every threads x vectors-per-thread split that fits (the
 // most elementwise ulps by which dx differs from the production plan's at M = 4096: a different
 // reduction order, amplified where g and xh * mean nearly cancel). Question: what sets the time
@@ -22,6 +23,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -499,6 +501,108 @@ void general(void* x, void* dy, void* ds, void* dx, void* dres, void* w, void* d
   }
 }
 
+// The plain call at N = 4096 by row count (rstd saved; us, cold L2 unless marked warm): the
+// public call, its row kernel alone (cold, warm, and cold after an L2 flush run at the largest
+// shared-memory carveout, so the row kernel needs no L1 / shared-memory reconfiguration), the
+// forward, and device copies of the backward's and the forward's bytes. Question: where the
+// backward's per-launch cost goes (19.7 us at M = 1024 for 25 MB; its rows then stream at the
+// copy's rate), when the forward's is about 1.5 us.
+void fixed(void* x, void* dy, void* ds, void* dx, void* dres, void* w, void* dw, void* rstd,
+           void* ws, size_t ws_bytes) {
+  std::printf("\nplain call at N = 4096 by rows (us; cold L2 unless warm)\n");
+  RmsNormBackwardParams bp;
+  bp.eps = 1e-6f;
+  RmsNormParams fp;
+  fp.eps = 1e-6f;
+  const int64_t n = 4096;
+  const int sms = cuda::device_sm_count();
+  for (int64_t m : {int64_t{3} * sms, int64_t{1024}, int64_t{2048}, int64_t{4096}, int64_t{8192},
+                    int64_t{32768}}) {
+    const BwdShape sh = bwd_shape(x, w, rstd, dx, ws, ws_bytes, dw, m, n);
+    const size_t row_bytes = static_cast<size_t>(n) * 2;
+    auto api = [&] {
+      check(rms_norm_backward(rows(dy, DType::kBFloat16, m, n), sh.x, sh.w, sh.rstd,
+                              rows(dx, DType::kBFloat16, m, n), sh.dw, sh.ws, bp),
+            "backward");
+    };
+    auto forward = [&] {
+      check(rms_norm(sh.x, sh.w, rows(dres, DType::kBFloat16, m, n), sh.rstd, fp), "forward");
+    };
+    const core::RmsNormBwdPlan p = core::plan_rms_norm_backward(n, 8, true, true, 4, true);
+    const cuda::RmsNormBwdKernelArgs a = bwd_args(dy, x, nullptr, w, rstd, dx, nullptr, ws, m, n);
+    int64_t grid = 0;
+    auto rows_only = [&] {
+      check(cuda::launch_rms_norm_backward_typed<cuda::bf16, cuda::bf16>("fixed", a, p, nullptr,
+                                                                         &grid),
+            "rows");
+    };
+    auto copy_of = [&](size_t bytes) {
+      return [=] { cudaMemcpyAsync(dres, ds, bytes / 2, cudaMemcpyDeviceToDevice); };
+    };
+    const TensorRef none{};
+    auto no_dw = [&] {
+      check(rms_norm_backward(rows(dy, DType::kBFloat16, m, n), sh.x, sh.w, sh.rstd,
+                              rows(dx, DType::kBFloat16, m, n), none, none, bp),
+            "backward, no dw");
+    };
+    auto no_w = [&] {
+      check(rms_norm_backward(rows(dy, DType::kBFloat16, m, n), sh.x, none, sh.rstd,
+                              rows(dx, DType::kBFloat16, m, n), none, none, bp),
+            "backward, no weight");
+    };
+    const float t_api = time_med(api, true);
+    const float t_rows = time_med(rows_only, true);
+    const float t_rows_2 = time_med(
+        [&] {
+          flush();
+          rows_only();
+        },
+        true);
+    const float t_no_dw = time_med(no_dw, true);
+    const float t_no_w = time_med(no_w, true);
+    // The same rows kernel in graphs of {flush, kernel} against graphs of {flush}: no host time.
+    auto flush_on = [&](cudaStream_t st) {
+      flush_kernel<<<1024, 256, 0, st>>>(flush.buf, flush.n, flush.dummy);
+    };
+    const float t_graph_flush = time_graph(flush_on, 10);
+    const float t_graph_rows =
+        time_graph(
+            [&](cudaStream_t st) {
+              flush_on(st);
+              check(cuda::launch_rms_norm_backward_typed<cuda::bf16, cuda::bf16>("fixed", a, p, st,
+                                                                                 &grid),
+                    "rows");
+            },
+            10) -
+        t_graph_flush;
+    std::vector<double> host;
+    for (int i = 0; i < 15; ++i) {
+      CK(cudaDeviceSynchronize());
+      const auto h0 = std::chrono::steady_clock::now();
+      api();
+      const auto h1 = std::chrono::steady_clock::now();
+      host.push_back(std::chrono::duration<double, std::micro>(h1 - h0).count());
+    }
+    std::sort(host.begin(), host.end());
+    const float t_rows_warm = time_med(rows_only, false);
+    CK(cudaFuncSetAttribute(flush_kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                            cudaSharedmemCarveoutMaxShared));
+    const float t_rows_carve = time_med(rows_only, true);
+    CK(cudaFuncSetAttribute(flush_kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                            cudaSharedmemCarveoutDefault));
+    const float t_fwd = time_med(forward, true);
+    const float t_copy_bwd = time_med(copy_of(3 * row_bytes * m), true);
+    const float t_copy_fwd = time_med(copy_of(2 * row_bytes * m), true);
+    std::printf(
+        "M=%6lld (grid %4lld): API %7.2f (host %6.2f) | no dw %7.2f | no weight %7.2f | rows "
+        "%7.2f, two flushes %7.2f, in graphs %7.2f, warm %7.2f, max-carveout flush %7.2f | copy "
+        "%7.2f | forward %7.2f, copy %7.2f\n",
+        static_cast<long long>(m), static_cast<long long>(grid), t_api, host[host.size() / 2],
+        t_no_dw, t_no_w, t_rows, t_rows_2, t_graph_rows, t_rows_warm, t_rows_carve, t_copy_bwd,
+        t_fwd, t_copy_fwd);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -558,6 +662,8 @@ int main(int argc, char** argv) {
   if (argc > 1 && std::strcmp(argv[1], "stages") == 0) stages(x, dy, dx, w, dw, rstd, ws, ws_bytes);
   if (argc > 1 && std::strcmp(argv[1], "general") == 0)
     general(x, dy, ds, dx, dres, w, dw, rstd, ws, ws_bytes);
+  if (argc > 1 && std::strcmp(argv[1], "fixed") == 0)
+    fixed(x, dy, ds, dx, dres, w, dw, rstd, ws, ws_bytes);
   if (argc > 1 && std::strcmp(argv[1], "narrow") == 0) {
     narrow(x, dy, dx, w, dw, rstd, ws, ws_bytes);
     single(x, dy, dx, w, dw, rstd, ws, ws_bytes);
