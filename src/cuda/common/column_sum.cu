@@ -14,7 +14,6 @@ constexpr int kThreads = 512;
 constexpr int kGroups = 8;                   // column groups per block
 constexpr int kSlices = kThreads / kGroups;  // partial-row slices per group
 constexpr int kWarps = kThreads / 32;        // a warp holds 32 / kGroups slices
-constexpr int kBatch = 8;                    // partial rows loaded before they are added
 
 template <int CV>
 __device__ __forceinline__ void load_cols(const float* __restrict__ p, float (&v)[CV]) {
@@ -29,24 +28,47 @@ __device__ __forceinline__ void load_cols(const float* __restrict__ p, float (&v
   }
 }
 
-/// Sums the partial rows of this thread's slice in row order: up to kBatch rows are loaded at
-/// once (those past `parts` neither loaded nor added), so a slice of at most kBatch rows (parts
-/// up to 512) waits for one round trip.
+/// Sums the partial rows of this thread's slice in row order. 16-byte columns: up to 8 rows are
+/// loaded at once (those past `parts` neither loaded nor added), so a slice of at most 8 rows
+/// (parts up to 512) waits for one round trip. Scalar columns: batches of 4 whole rows, then
+/// the rest one by one (the batched form of 8 took 60 registers there and ran slower at
+/// N = 4095). Either way each column's rows are added in the same order.
 template <int CV>
 __device__ __forceinline__ void slice_sum(const float* __restrict__ col, int64_t parts,
                                           int64_t cols, int slice, float (&acc)[CV]) {
-  for (int64_t p = slice; p < parts; p += kBatch * kSlices) {
-    float v[kBatch][CV];
+  constexpr int kBatch = CV == 4 ? 8 : 4;  // partial rows loaded before they are added
+  int64_t p = slice;
+  if constexpr (CV == 4) {
+    for (; p < parts; p += kBatch * kSlices) {
+      float v[kBatch][CV];
 #pragma unroll
-    for (int u = 0; u < kBatch; ++u) {
-      if (p + u * kSlices < parts) load_cols<CV>(col + (p + u * kSlices) * cols, v[u]);
+      for (int u = 0; u < kBatch; ++u) {
+        if (p + u * kSlices < parts) load_cols<CV>(col + (p + u * kSlices) * cols, v[u]);
+      }
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) {
+        if (p + u * kSlices < parts) {
+#pragma unroll
+          for (int i = 0; i < CV; ++i) acc[i] += v[u][i];
+        }
+      }
     }
+  } else {
+    for (; p + (kBatch - 1) * kSlices < parts; p += kBatch * kSlices) {
+      float v[kBatch][CV];
 #pragma unroll
-    for (int u = 0; u < kBatch; ++u) {
-      if (p + u * kSlices < parts) {
+      for (int u = 0; u < kBatch; ++u) load_cols<CV>(col + (p + u * kSlices) * cols, v[u]);
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) {
 #pragma unroll
         for (int i = 0; i < CV; ++i) acc[i] += v[u][i];
       }
+    }
+    for (; p < parts; p += kSlices) {
+      float v[CV];
+      load_cols<CV>(col + p * cols, v);
+#pragma unroll
+      for (int i = 0; i < CV; ++i) acc[i] += v[i];
     }
   }
 }
