@@ -502,11 +502,14 @@ void general(void* x, void* dy, void* ds, void* dx, void* dres, void* w, void* d
 }
 
 // The plain call at N = 4096 by row count (rstd saved; us, cold L2 unless marked warm): the
-// public call, its row kernel alone (cold, warm, and cold after an L2 flush run at the largest
-// shared-memory carveout, so the row kernel needs no L1 / shared-memory reconfiguration), the
-// forward, and device copies of the backward's and the forward's bytes. Question: where the
-// backward's per-launch cost goes (19.7 us at M = 1024 for 25 MB; its rows then stream at the
-// copy's rate), when the forward's is about 1.5 us.
+// public call (and its host time), the call without dw and without a weight, its row kernel
+// alone (cold; in CUDA graphs of {flush, kernel} less graphs of {flush}; warm; and cold after an
+// L2 flush run at the largest shared-memory carveout, so the row kernel needs no L1 /
+// shared-memory reconfiguration), the forward, and device copies of the backward's and the
+// forward's bytes. Question: where the backward's per-launch cost goes (19.7 us at M = 1024 for
+// 25 MB; its rows then stream at the copy's rate), when the forward's is about 1.5 us. Answered
+// (rms-bwd-fixed-*-nvidia-h200.log, docs/performance.md): about 7 us in the row kernel, 3 in
+// the column sum; not the carveout, not host time.
 void fixed(void* x, void* dy, void* ds, void* dx, void* dres, void* w, void* dw, void* rstd,
            void* ws, size_t ws_bytes) {
   std::printf("\nplain call at N = 4096 by rows (us; cold L2 unless warm)\n");
@@ -552,6 +555,7 @@ void fixed(void* x, void* dy, void* ds, void* dx, void* dres, void* w, void* dw,
     };
     const float t_api = time_med(api, true);
     const float t_rows = time_med(rows_only, true);
+    // A second flush inside the timed span: its own time (about 60 us) is in the column.
     const float t_rows_2 = time_med(
         [&] {
           flush();
