@@ -28,11 +28,13 @@ __device__ __forceinline__ void load_cols(const float* __restrict__ p, float (&v
   }
 }
 
-/// Sums the partial rows of this thread's slice in row order. 16-byte columns: up to 8 rows are
-/// loaded at once (those past `parts` neither loaded nor added), so a slice of at most 8 rows
-/// (parts up to 512) waits for one round trip. Scalar columns: batches of 4 whole rows, then
-/// the rest one by one (the batched form of 8 took 50 registers there, against 32, and ran slower
-/// at N = 4095). Either way each column's rows are added in the same order.
+/// Sums the partial rows of this thread's slice in row order. 16-byte columns: batches of up to
+/// 8 rows whose loads are written before their adds (rows past `parts` neither loaded nor added;
+/// on sm_90 the compiler issues 5 of the loads before the first add and the other 3 as the first
+/// return), so a slice of at most 8 rows (parts up to 512) needs no second batch. Scalar columns:
+/// batches of 4 whole rows, then the rest one by one (the batched form of 8 took 50 registers
+/// there, against 32, and ran slower at N = 4095). Either way each column's rows are added in the
+/// same order.
 template <int CV>
 __device__ __forceinline__ void slice_sum(const float* __restrict__ col, int64_t parts,
                                           int64_t cols, int slice, float (&acc)[CV]) {
