@@ -27,18 +27,19 @@ __global__ void flush_kernel(const float4* p, size_t n, float* out) {
   if (acc == 12345.f) *out = acc;
 }
 
-/// The buffer whose read evicts the L2 (allocated on first use).
+/// The buffer whose read evicts the L2 (allocated on first use, which must not be inside a
+/// stream capture), read on `stream`.
 struct L2Flush {
   float4* buf = nullptr;
   size_t n = (size_t{256} << 20) / 16;
   float* dummy = nullptr;
-  void operator()() {
+  void operator()(cudaStream_t stream = nullptr) {
     if (buf == nullptr) {
       CK(cudaMalloc(&buf, n * 16));
       CK(cudaMemset(buf, 0, n * 16));
       CK(cudaMalloc(&dummy, 4));
     }
-    flush_kernel<<<1024, 256>>>(buf, n, dummy);
+    flush_kernel<<<1024, 256, 0, stream>>>(buf, n, dummy);
   }
 };
 inline L2Flush flush;
