@@ -161,20 +161,8 @@ int main() {
   for (bool norm : {false, true}) {
     for (int64_t t : {int64_t{1}, int64_t{8}, int64_t{64}, int64_t{256}, int64_t{1024},
                       int64_t{4096}, int64_t{16384}, int64_t{65536}}) {
-      const Device dev = Device::cuda(0);
-      core::QkNormRopeCall c;
+      core::QkNormRopeCall c = standard_qk_call(q, k, qo, ko, w, csd, t, table, kEps);
       core::RopeCall& r = c.rope;
-      r.q = TensorRef::contiguous(q, DType::kBFloat16, {t, kHq, kD}, dev);
-      r.k = TensorRef::contiguous(k, DType::kBFloat16, {t, kHk, kD}, dev);
-      r.q_out = TensorRef::contiguous(qo, DType::kBFloat16, {t, kHq, kD}, dev);
-      r.k_out = TensorRef::contiguous(ko, DType::kBFloat16, {t, kHk, kD}, dev);
-      r.positions.positions = TensorRef::contiguous(pos, DType::kInt64, {t}, dev);
-      r.cos_sin.kind = CosSinKind::kCache;
-      r.cos_sin.cache = TensorRef::contiguous(cache, DType::kFloat32, {table, kD}, dev);
-      r.params.style = RopeStyle::kNeox;
-      c.wq = TensorRef::contiguous(w, DType::kBFloat16, {kD}, dev);
-      c.wk = TensorRef::contiguous(w + kD, DType::kBFloat16, {kD}, dev);
-      c.norm.eps = kEps;
       auto lib = [&](cudaStream_t st) {
         if (norm) {
           check(qk_norm_rope(r.q, r.k, c.wq, c.wk, r.q_out, r.k_out, TensorRef(), TensorRef(),
@@ -196,7 +184,7 @@ int main() {
       core::QkNormRopeFacts facts;
       cuda::fill_qk_norm_rope_args(c2, g, &qa, &facts);
       const core::RopeLeanFacts& lf = facts.rope;
-      const core::RopePlan lean_plan = core::plan_rope_lean(lf);
+      const core::RopePlan lean_plan = core::plan_rope_lean(lf, device_sm_count());
       const core::RopePlan general_plan = core::plan_rope(lf.tokens, lf.heads, lf.half, lf.vec);
       auto forced = [&](bool lean) {
         return [&, lean](cudaStream_t st) {

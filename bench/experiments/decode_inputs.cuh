@@ -2,7 +2,7 @@
 // qk_forward_persistent.cu, rope_lean_run.cu, lean_trigger.cu; not part of the build): a library
 // Status check, a kernel's register count, device results copied back as bits, and the standard
 // shape's device inputs (random bf16 values in [-2, 2), the default f32 cos/sin cache, random
-// int64 positions in [0, P)).
+// int64 positions in [0, P)), and the standard shape's QK-norm + RoPE call record.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -13,6 +13,7 @@
 #include <random>
 #include <vector>
 
+#include "core/qk_norm_rope_validate.h"
 #include "cuda/common/dtype.cuh"
 #include "experiment_timing.cuh"
 #include "reference/host_float.h"
@@ -84,4 +85,31 @@ inline DeviceCosSin device_cos_sin(std::mt19937_64& rng, int64_t rows, int d, in
   CK(cudaMemcpy(out.cache, hc.data(), hc.size() * 4, cudaMemcpyHostToDevice));
   CK(cudaMemcpy(out.pos, hp.data(), tokens * 8, cudaMemcpyHostToDevice));
   return out;
+}
+
+/// The call record of the standard shape at T tokens: bf16 q [T, 32, 128] and k [T, 8, 128]
+/// (outputs qo, ko), bf16 weights w (q's D values, then k's), neox, the f32 cache of `table`
+/// rows and the int64 positions of cs, eps epsilon; no rstd.
+inline ropenorm::core::QkNormRopeCall standard_qk_call(
+    ropenorm::cuda::bf16* q, ropenorm::cuda::bf16* k, ropenorm::cuda::bf16* qo,
+    ropenorm::cuda::bf16* ko, ropenorm::cuda::bf16* w, const DeviceCosSin& cs, int64_t t,
+    int64_t table, float eps) {
+  using ropenorm::DType;
+  using ropenorm::TensorRef;
+  constexpr int64_t kD = 128, kHq = 32, kHk = 8;
+  const ropenorm::Device dev = ropenorm::Device::cuda(0);
+  ropenorm::core::QkNormRopeCall c;
+  ropenorm::core::RopeCall& r = c.rope;
+  r.q = TensorRef::contiguous(q, DType::kBFloat16, {t, kHq, kD}, dev);
+  r.k = TensorRef::contiguous(k, DType::kBFloat16, {t, kHk, kD}, dev);
+  r.q_out = TensorRef::contiguous(qo, DType::kBFloat16, {t, kHq, kD}, dev);
+  r.k_out = TensorRef::contiguous(ko, DType::kBFloat16, {t, kHk, kD}, dev);
+  r.positions.positions = TensorRef::contiguous(cs.pos, DType::kInt64, {t}, dev);
+  r.cos_sin.kind = ropenorm::CosSinKind::kCache;
+  r.cos_sin.cache = TensorRef::contiguous(cs.cache, DType::kFloat32, {table, kD}, dev);
+  r.params.style = ropenorm::RopeStyle::kNeox;
+  c.wq = TensorRef::contiguous(w, DType::kBFloat16, {kD}, dev);
+  c.wk = TensorRef::contiguous(w + kD, DType::kBFloat16, {kD}, dev);
+  c.norm.eps = eps;
+  return c;
 }

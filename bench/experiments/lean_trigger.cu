@@ -126,7 +126,7 @@ int main() {
                          cs, fwd, np, st),
             "qk_norm_rope");
     };
-    const auto lean = core::plan_rope_lean(qf.rope);
+    const auto lean = core::plan_rope_lean(qf.rope, cuda::device_sm_count());
     auto launch = [&](auto kernel) {
       return [&, kernel](cudaStream_t st) { CK(launch_lean_layout(kernel, lean, st, qa)); };
     };

@@ -130,7 +130,7 @@ int main(int argc, char** argv) {
       names.push_back(std::string("library (") + plan_name(picked) + ")");
       vs.push_back(
           [&] { check(rope(call.q, call.k, call.q_out, call.k_out, rp, cs, prm), "lib"); });
-      const core::RopePlan lean = core::plan_rope_lean(lf);
+      const core::RopePlan lean = core::plan_rope_lean(lf, sms);
       if (int64_t{lean.bx} * lean.by <= core::kRopeLeanMaxThreads) {
         names.push_back("lean per token");
         const auto kernel = gptj ? rope_lean_kernel<bf16, float, true, LeanRows>

@@ -22,7 +22,7 @@ QkNormRopePlan plan_qk_norm_rope(const QkNormRopeFacts& f) {
     if (f.allow_lean &&
         rope_lean(r, rope_lean_long_run_block(r) ? kQkLeanMaxTokens : kRopeLeanMaxTokens)) {
       p.kernel = QkKernel::kLean;
-      p.rope = plan_rope_lean(r);
+      p.rope = plan_rope_lean(r, f.sm_count);
       return p;
     }
     p.kernel = QkKernel::kPair;

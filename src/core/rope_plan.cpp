@@ -83,12 +83,18 @@ int64_t rope_lean_max_tokens(const RopeLeanFacts& f) {
   return f.cos_sin_rows && rope_lean_long_run_block(f) ? INT64_MAX : kRopeLeanMaxTokens;
 }
 
-RopePlan plan_rope_lean(const RopeLeanFacts& f) {
+RopePlan plan_rope_lean(const RopeLeanFacts& f, int sm_count) {
   const int64_t seq = f.seq > 0 ? f.seq : f.tokens;
+  const int64_t lanes = f.half / kRopeLeanVec;
+  const int64_t heads = std::max<int64_t>(1, f.heads);
+  const int64_t rows = std::max<int64_t>(1, kRopeLeanSplitThreads / lanes);
+  const int64_t fit = sm_count > 0 ? int64_t{kRopeLeanSplitBlocksPerSm} * sm_count / f.tokens : 1;
+  const int64_t split = std::max<int64_t>(1, std::min((heads + rows - 1) / rows, fit));
   RopePlan p;
   p.vec = kRopeLeanVec;
-  p.bx = static_cast<int>(f.half / kRopeLeanVec);
-  p.by = static_cast<int>(f.heads);
+  p.bx = static_cast<int>(lanes);
+  p.by = static_cast<int>((heads + split - 1) / split);
+  p.head_split = static_cast<int>(split);
   p.bz = 1;
   p.grid = seq;
   p.head_groups = static_cast<int>(f.tokens / seq);
@@ -151,7 +157,7 @@ RopePlan plan_rope_call(const RopeLeanFacts& f, bool allow_lean, int sm_count) {
     return plan_rope_lean_run(f, kRopeLeanRunThreads, kRopeLeanRunMinBlocks, sm_count,
                               kRopeLeanRunMaxGrid);
   }
-  if (allow_lean && rope_lean(f, rope_lean_max_tokens(f))) return plan_rope_lean(f);
+  if (allow_lean && rope_lean(f, rope_lean_max_tokens(f))) return plan_rope_lean(f, sm_count);
   return plan_rope(f.tokens, f.heads, f.half, f.vec);
 }
 

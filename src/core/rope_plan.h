@@ -45,11 +45,14 @@ struct RopePlan {
   /// single-round kernel at the register budget of kRopeLongRunMinBlocks blocks per
   /// multiprocessor (more warps in flight). The QK-norm + RoPE kernels do not use it.
   bool long_run = false;
-  /// The lean short-run kernel (rope_lean / plan_rope_lean): one block per token, thread
-  /// (x, y) owns pair vector x of head y, no loops, no pass-through channels. Its grid is
-  /// (S, B), so for a lean plan grid = S (tokens of a sequence), head_groups = B (sequences, not
-  /// head groups), by = Hq + Hk (one head per thread row, not kRopeHeadsPerThread) and bz = 1.
+  /// The lean short-run kernel (rope_lean / plan_rope_lean): a token's heads in head_split
+  /// blocks of by rows, thread (x, y) of block z owning pair vector x of head z by + y, no
+  /// loops, no pass-through channels. Its grid is (S, B, head_split), so for a lean plan
+  /// grid = S (tokens of a sequence), head_groups = B (sequences, not head groups), by the
+  /// head rows of a block (one head per thread row, not kRopeHeadsPerThread) and bz = 1.
   bool lean = false;
+  /// Grid z of a lean plan (the blocks a token's heads are split over; 1 for every other plan).
+  int head_split = 1;
   /// The lean run (plan_rope_lean_run; cuda/rope/rope_lean_run.cuh): the lean layout, block
   /// (h / kRopeLeanVec, by head rows), over a persistent grid of `grid` blocks per head group
   /// (head_groups groups of by rows), block bx taking tokens bx, bx + grid, ...; smem_bytes of
@@ -144,9 +147,23 @@ constexpr int64_t rope_lean_run_ring_bytes(int elem_size, int cs_elem_size, int6
   return int64_t{kRopeLeanRunStages} * threads * 2 * kRopeLeanVec * (elem_size + cs_elem_size);
 }
 
-/// The lean launch of a call rope_lean accepts, B = T / S sequences of S tokens: grid (S, B),
-/// block (h / kRopeLeanVec, Hq + Hk, 1), vec kRopeLeanVec, single and lean set.
-RopePlan plan_rope_lean(const RopeLeanFacts& f);
+/// Head rows of a split lean block at most: (kRopeLeanSplitThreads / lanes) rows of lanes, so at
+/// most 3 warps, one per scheduler of a multiprocessor with one idle (H200, bf16 D 128, 32 + 8
+/// heads, bench/experiments/lean_head_split.cu: T = 1 in graphs QK-norm + RoPE 1.63 us in one
+/// block of 40 rows, 1.47 / 1.41 / 1.44 in blocks of 20 / 10 / 8; RoPE 1.45 -> 1.34 at 10).
+constexpr int kRopeLeanSplitThreads = 96;
+/// Blocks per multiprocessor up to which a lean launch splits its tokens' heads (the same run:
+/// T = 64 at 4 blocks of 10 rows per token (2 per multiprocessor) QK 1.77 -> 1.69 us, RoPE
+/// 1.69 -> 1.63; T = 256 at 2 of 20 no faster, 2.53 against 2.51).
+constexpr int kRopeLeanSplitBlocksPerSm = 2;
+
+/// The lean launch of a call rope_lean accepts, B = T / S sequences of S tokens, on a device of
+/// sm_count multiprocessors: grid (S, B, head_split), block (h / kRopeLeanVec, by, 1), vec
+/// kRopeLeanVec, single and lean set. The Hq + Hk heads go in one block (head_split 1, by =
+/// Hq + Hk) unless more fit: head_split = min(the splits that keep a block within
+/// kRopeLeanSplitThreads threads (at least one row), kRopeLeanSplitBlocksPerSm x sm_count / T),
+/// by = ceil((Hq + Hk) / head_split) (sm_count <= 0: no split).
+RopePlan plan_rope_lean(const RopeLeanFacts& f, int sm_count);
 
 /// The lean-run launch of a call rope_lean_shape accepts whose lanes (h / kRopeLeanVec) are a
 /// power of two up to 32 (the kernels' row barriers; the rules take 8 or 16), with blocks of at

@@ -50,6 +50,15 @@ TEST(CpuQkNormRopePlan, LeanKernelForShortRunsWithLoadedCosSin) {
   EXPECT_EQ(p.rope.by, 40);
   EXPECT_EQ(p.rope.bz, 1);
   EXPECT_EQ(p.rope.grid, 1);
+  EXPECT_EQ(p.rope.head_split, 1);  // the device unknown
+  // On a device of 132 multiprocessors the heads of a decode step go in 4 blocks of 10 rows
+  // (core::plan_rope_lean).
+  QkNormRopeFacts on = facts(1, 40, 128, 128, 8, 2, true, true);
+  on.sm_count = 132;
+  p = plan_qk_norm_rope(on);
+  EXPECT_EQ(p.kernel, QkKernel::kLean);
+  EXPECT_EQ(p.rope.head_split, 4);
+  EXPECT_EQ(p.rope.by, 10);
   // Every run length for blocks of up to kRopeLeanLongRunThreads threads (8 lanes x 40 heads,
   // 16 x 32); larger blocks (16 x 40) up to the RoPE bound.
   EXPECT_EQ(plan_qk_norm_rope(facts(kRopeLeanMaxTokens, 40, 256, 256, 8, 2, true, true)).kernel,

@@ -2,6 +2,7 @@
 // block shape (pairs x heads x tokens, at most kRopeBlockThreads threads).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "core/rope_plan.h"
@@ -221,7 +222,7 @@ TEST(CpuRopePlan, LeanTokenBound) {
 }
 
 TEST(CpuRopePlan, LeanLaunchShape) {
-  RopePlan p = plan_rope_lean(lean_facts(7, 40, 64, 128));
+  RopePlan p = plan_rope_lean(lean_facts(7, 40, 64, 128), 0);  // unknown device: no split
   EXPECT_TRUE(p.lean);
   EXPECT_TRUE(p.single);
   EXPECT_FALSE(p.long_run);
@@ -231,17 +232,82 @@ TEST(CpuRopePlan, LeanLaunchShape) {
   EXPECT_EQ(p.bz, 1);
   EXPECT_EQ(p.grid, 7);
   EXPECT_EQ(p.head_groups, 1);
+  EXPECT_EQ(p.head_split, 1);
   EXPECT_FALSE(plan_rope(7, 40, 64, 8).lean);
+  EXPECT_EQ(plan_rope(7, 40, 64, 8).head_split, 1);
   // B sequences of S tokens: grid (S, B); seq 0 stands for one sequence.
   RopeLeanFacts f = lean_facts(16, 40, 64, 128);
   f.seq = 1;
-  p = plan_rope_lean(f);
+  p = plan_rope_lean(f, 0);
   EXPECT_EQ(p.grid, 1);
   EXPECT_EQ(p.head_groups, 16);
   f.seq = 0;
-  p = plan_rope_lean(f);
+  p = plan_rope_lean(f, 0);
   EXPECT_EQ(p.grid, 16);
   EXPECT_EQ(p.head_groups, 1);
+}
+
+// A token's heads split over grid z into blocks of at most kRopeLeanSplitThreads threads, while
+// the T x head_split blocks stay within kRopeLeanSplitBlocksPerSm per multiprocessor.
+TEST(CpuRopePlan, LeanHeadSplit) {
+  // 8 lanes: 12 rows at most, so 40 heads in 4 blocks of 10 rows.
+  RopePlan p = plan_rope_lean(lean_facts(1, 40, 64, 128), 132);
+  EXPECT_EQ(p.head_split, 4);
+  EXPECT_EQ(p.by, 10);
+  EXPECT_EQ(p.bx, 8);
+  EXPECT_EQ(p.grid, 1);
+  EXPECT_TRUE(p.lean);
+  EXPECT_EQ(plan_rope_lean(lean_facts(64, 40, 64, 128), 132).head_split, 4);  // 256 blocks
+  p = plan_rope_lean(lean_facts(67, 40, 64, 128), 132);  // 4 x 67 > 264: 3 blocks of 14 rows
+  EXPECT_EQ(p.head_split, 3);
+  EXPECT_EQ(p.by, 14);
+  p = plan_rope_lean(lean_facts(100, 40, 64, 128), 132);  // 3 x 100 > 264: 2 blocks of 20
+  EXPECT_EQ(p.head_split, 2);
+  EXPECT_EQ(p.by, 20);
+  p = plan_rope_lean(lean_facts(133, 40, 64, 128), 132);  // 2 x 133 > 264: no split
+  EXPECT_EQ(p.head_split, 1);
+  EXPECT_EQ(p.by, 40);
+  // 16 lanes (D 256): 6 rows at most, 40 heads in 7 blocks of 6 rows (the last one 4 heads).
+  p = plan_rope_lean(lean_facts(1, 40, 128, 256), 132);
+  EXPECT_EQ(p.head_split, 7);
+  EXPECT_EQ(p.by, 6);
+  // 16 + 1 heads at 8 lanes: 2 blocks of 9 rows; one head: one row.
+  p = plan_rope_lean(lean_facts(1, 17, 64, 128), 132);
+  EXPECT_EQ(p.head_split, 2);
+  EXPECT_EQ(p.by, 9);
+  p = plan_rope_lean(lean_facts(1, 1, 64, 128), 132);
+  EXPECT_EQ(p.head_split, 1);
+  EXPECT_EQ(p.by, 1);
+  // B sequences count as tokens: 8 x 16 tokens at 132 multiprocessors split in 2.
+  RopeLeanFacts f = lean_facts(128, 40, 64, 128);
+  f.seq = 16;
+  p = plan_rope_lean(f, 132);
+  EXPECT_EQ(p.grid, 16);
+  EXPECT_EQ(p.head_groups, 8);
+  EXPECT_EQ(p.head_split, 2);
+  // Every split: no block without a head, every head in a block, no finer than blocks of
+  // kRopeLeanSplitThreads threads need, and the blocks within the multiprocessors' bound.
+  for (int sms : {0, 1, 132}) {
+    for (int64_t tokens : {1, 2, 7, 64, 300}) {
+      for (int64_t heads : {1, 2, 3, 9, 12, 13, 40, 64, 128}) {
+        for (int64_t half : {8, 64, 128}) {
+          const RopePlan q = plan_rope_lean(lean_facts(tokens, heads, half, 2 * half), sms);
+          SCOPED_TRACE(testing::Message()
+                       << sms << " SMs, T " << tokens << ", " << heads << " heads, h " << half);
+          EXPECT_GE(int64_t{q.by} * q.head_split, heads);
+          EXPECT_LT(int64_t{q.by} * (q.head_split - 1), heads);
+          EXPECT_GE(q.head_split, 1);
+          const int64_t rows = std::max<int64_t>(1, kRopeLeanSplitThreads / q.bx);
+          EXPECT_LE(q.head_split, (heads + rows - 1) / rows);
+          if (q.head_split > 1) {
+            EXPECT_LE(tokens * q.head_split, int64_t{kRopeLeanSplitBlocksPerSm} * sms);
+          } else {
+            EXPECT_EQ(q.by, heads);
+          }
+        }
+      }
+    }
+  }
 }
 
 // The RoPE lean run: rows by position, 8 or 16 lanes, from kRopeLeanRunMinTokens tokens.

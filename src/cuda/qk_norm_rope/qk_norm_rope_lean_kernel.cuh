@@ -3,11 +3,14 @@
 // cuda/rope/rope_lean_kernels.cuh) plus the norm of the pair kernel, in the instances
 // core::qk_lean_instance picks (LeanAny, LeanLanesWeights, LeanDecode; every one the same bits).
 //
-// Ownership (grid (S, B), block (g, Hq + Hk), g = h / 8 a power of two <= 32):
-//  - Token: block (blockIdx.x, blockIdx.y) owns token (b, s) = (blockIdx.y, blockIdx.x); every
-//    thread reads its position.
-//  - Head: thread row threadIdx.y owns head threadIdx.y (q heads first, then k); its g lanes are
-//    consecutive and aligned in their warp (row y is threads y g .. y g + g - 1).
+// Ownership (grid (S, B, Z), block (g, rows), g = h / 8 a power of two <= 32; Z blocks share a
+// token's heads, rows = ceil((Hq + Hk) / Z), as core::plan_rope_lean splits them):
+//  - Token: block (blockIdx.x, blockIdx.y, *) owns token (b, s) = (blockIdx.y, blockIdx.x);
+//    every thread reads its position.
+//  - Head: thread row threadIdx.y of block z owns head z rows + threadIdx.y (q heads first, then
+//    k; rows past the last head exit before the wait); its g lanes are consecutive and aligned
+//    in their warp (row y is threads y g .. y g + g - 1), so a head's butterfly never leaves its
+//    row and its bits do not depend on the split.
 //  - Channels: lane x owns the pair kernel's 8 pairs (neox channels 8x .. 8x + 7 and
 //    h + 8x .. h + 8x + 7, gptj 16x .. 16x + 15): two 16-byte loads and stores.
 //  - rms: qk_pair_head, as the pair kernel runs it: the lane's 16 squares in a fixed order, a
@@ -89,6 +92,7 @@ __global__ void __launch_bounds__(Spec::kMaxThreads)
   const int g = Spec::kLanes != 0 ? Spec::kLanes : static_cast<int>(blockDim.x);
   const int lane = (threadIdx.y * g + threadIdx.x) & 31;
   const unsigned mask = g == 32 ? 0xffffffffu : ((1u << g) - 1u) << (lane & ~(g - 1));
+  if (lean_row_past_heads(args.rope)) return;
   griddep_wait();
   if constexpr (kTrigger) griddep_launch_dependents();
   qk_norm_rope_lean_thread<T, C, kGptj, Spec>(args, g, mask);

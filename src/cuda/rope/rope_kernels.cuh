@@ -39,9 +39,11 @@
 
 namespace ropenorm::cuda {
 
-/// Grid of a launch on the RoPE layout: token groups (x) by head groups (y).
+/// Grid of a launch on the RoPE layout: token groups (x) by head groups (y); a lean plan's
+/// sequences (y) and head splits (z).
 inline dim3 rope_launch_grid(const core::RopePlan& p) {
-  return dim3(static_cast<unsigned>(p.grid), static_cast<unsigned>(p.head_groups));
+  return dim3(static_cast<unsigned>(p.grid), static_cast<unsigned>(p.head_groups),
+              static_cast<unsigned>(p.head_split));
 }
 
 /// Block of a launch on the RoPE layout: pair vectors (x), rows of heads (y), tokens (z).

@@ -2,12 +2,14 @@
 // every run length for cos/sin rows indexed by position, core::rope_lean_max_tokens), in
 // instances that fix facts of the call at compile time (rope_lean_spec.h).
 //
-// Ownership (grid (S, B), block (h / V, Hq + Hk), V = core::kRopeLeanVec):
-//  - Token: block (blockIdx.x, blockIdx.y) owns token (b, s) = (blockIdx.y, blockIdx.x), t =
+// Ownership (grid (S, B, Z), block (h / V, rows), V = core::kRopeLeanVec; Z = plan.head_split
+// blocks share a token's heads, rows = ceil((Hq + Hk) / Z)):
+//  - Token: block (blockIdx.x, blockIdx.y, *) owns token (b, s) = (blockIdx.y, blockIdx.x), t =
 //    b S + s (no loop, no division). Every thread reads the token's position itself (one
 //    broadcast load).
-//  - Head: thread row threadIdx.y owns head threadIdx.y of the Hq + Hk heads (q first, then k);
-//    a thread addresses only its own head's input and output.
+//  - Head: thread row threadIdx.y of block z owns head z rows + threadIdx.y of the Hq + Hk heads
+//    (q first, then k); rows past the last head exit before the wait (lean_row_past_heads). A
+//    thread addresses only its own head's input and output.
 //  - Pairs: threadIdx.x owns pair vector x, pairs i0 = x V .. i0 + V - 1 (neox: the V-vectors at
 //    channels i0 and h + i0; gptj: the V pairs interleaved at channels 2 i0 .. 2 i0 + 2V - 1),
 //    loads their c_i, s_i once (the table dtype C a template argument) and rotates them with
@@ -46,6 +48,12 @@ struct RopeLeanItem {
   RopeHeadRegs<T, V> regs;
   float c[V], sn[V];
 };
+
+/// Whether the calling thread's head row (blockIdx.z blockDim.y + threadIdx.y: the heads split
+/// over grid z) lies past the Hq + Hk heads; such rows exit before they touch memory.
+__device__ __forceinline__ bool lean_row_past_heads(const RopeKernelArgs& a) {
+  return blockIdx.z * blockDim.y + threadIdx.y >= static_cast<unsigned>(a.hq + a.hk);
+}
 
 /// Position of token (b, s) as Spec fixes it (rope_position when it fixes none; 0, unused, for
 /// the gathered source, which a spec with cos/sin rows excludes).
@@ -99,7 +107,7 @@ __device__ __forceinline__ void rope_lean_load(const RopeKernelArgs& a, RopeLean
   constexpr int V = core::kRopeLeanVec;
   const int64_t s = blockIdx.x, b = blockIdx.y;
   it.t = b * a.seq + s;
-  it.hh = threadIdx.y;
+  it.hh = static_cast<int>(blockIdx.z * blockDim.y + threadIdx.y);
   const int i0 = static_cast<int>(threadIdx.x) * V;
   it.oa = kGptj ? 2 * i0 : i0;
   it.ob = kGptj ? 2 * i0 + V : a.half + i0;
@@ -116,6 +124,7 @@ __device__ __forceinline__ void rope_lean_load(const RopeKernelArgs& a, RopeLean
 /// the facts Spec fixes; launched only as core::rope_lean allows.
 template <typename T, typename C, bool kGptj, typename Spec = LeanAny>
 __global__ void __launch_bounds__(Spec::kMaxThreads) rope_lean_kernel(const RopeKernelArgs a) {
+  if (lean_row_past_heads(a)) return;
   griddep_wait();
   RopeLeanItem<T> it;
   rope_lean_load<T, C, kGptj, Spec>(a, it);
