@@ -88,7 +88,8 @@ RopePlan plan_rope_lean(const RopeLeanFacts& f, int sm_count) {
   const int64_t lanes = f.half / kRopeLeanVec;
   const int64_t heads = std::max<int64_t>(1, f.heads);
   const int64_t rows = std::max<int64_t>(1, kRopeLeanSplitThreads / lanes);
-  const int64_t fit = sm_count > 0 ? int64_t{kRopeLeanSplitBlocksPerSm} * sm_count / f.tokens : 1;
+  const bool whole = sm_count <= 0 || lanes * heads <= kRopeLeanSplitMinThreads;
+  const int64_t fit = whole ? 1 : int64_t{kRopeLeanSplitBlocksPerSm} * sm_count / f.tokens;
   const int64_t split = std::max<int64_t>(1, std::min((heads + rows - 1) / rows, fit));
   RopePlan p;
   p.vec = kRopeLeanVec;

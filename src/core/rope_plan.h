@@ -156,13 +156,18 @@ constexpr int kRopeLeanSplitThreads = 96;
 /// T = 64 at 4 blocks of 10 rows per token (2 per multiprocessor) QK 1.77 -> 1.69 us, RoPE
 /// 1.69 -> 1.63; T = 256 at 2 of 20 no faster, 2.53 against 2.51).
 constexpr int kRopeLeanSplitBlocksPerSm = 2;
+/// Threads of an unsplit lean block up to which it stays whole: at 6 warps or fewer (1.5 per
+/// scheduler) the split gained nothing and cost blocks (main job at 434f5f2, RoPE D 64, 32 + 8
+/// heads, blocks of 160 threads split in 2: T = 1 1.29 us both ways, T = 64 1.41 -> 1.52).
+constexpr int kRopeLeanSplitMinThreads = 192;
 
 /// The lean launch of a call rope_lean accepts, B = T / S sequences of S tokens, on a device of
 /// sm_count multiprocessors: grid (S, B, head_split), block (h / kRopeLeanVec, by, 1), vec
 /// kRopeLeanVec, single and lean set. The Hq + Hk heads go in one block (head_split 1, by =
-/// Hq + Hk) unless more fit: head_split = min(the splits that keep a block within
-/// kRopeLeanSplitThreads threads (at least one row), kRopeLeanSplitBlocksPerSm x sm_count / T),
-/// by = ceil((Hq + Hk) / head_split) (sm_count <= 0: no split).
+/// Hq + Hk) unless that block has more than kRopeLeanSplitMinThreads threads and more fit:
+/// head_split = min(the splits that keep a block within kRopeLeanSplitThreads threads (at least
+/// one row), kRopeLeanSplitBlocksPerSm x sm_count / T), by = ceil((Hq + Hk) / head_split)
+/// (sm_count <= 0: no split).
 RopePlan plan_rope_lean(const RopeLeanFacts& f, int sm_count);
 
 /// The lean-run launch of a call rope_lean_shape accepts whose lanes (h / kRopeLeanVec) are a

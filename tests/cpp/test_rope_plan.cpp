@@ -248,7 +248,8 @@ TEST(CpuRopePlan, LeanLaunchShape) {
 }
 
 // A token's heads split over grid z into blocks of at most kRopeLeanSplitThreads threads, while
-// the T x head_split blocks stay within kRopeLeanSplitBlocksPerSm per multiprocessor.
+// the T x head_split blocks stay within kRopeLeanSplitBlocksPerSm per multiprocessor, for blocks
+// of more than kRopeLeanSplitMinThreads threads.
 TEST(CpuRopePlan, LeanHeadSplit) {
   // 8 lanes: 12 rows at most, so 40 heads in 4 blocks of 10 rows.
   RopePlan p = plan_rope_lean(lean_facts(1, 40, 64, 128), 132);
@@ -271,13 +272,18 @@ TEST(CpuRopePlan, LeanHeadSplit) {
   p = plan_rope_lean(lean_facts(1, 40, 128, 256), 132);
   EXPECT_EQ(p.head_split, 7);
   EXPECT_EQ(p.by, 6);
-  // 16 + 1 heads at 8 lanes: 2 blocks of 9 rows; one head: one row.
-  p = plan_rope_lean(lean_facts(1, 17, 64, 128), 132);
-  EXPECT_EQ(p.head_split, 2);
-  EXPECT_EQ(p.by, 9);
-  p = plan_rope_lean(lean_facts(1, 1, 64, 128), 132);
-  EXPECT_EQ(p.head_split, 1);
-  EXPECT_EQ(p.by, 1);
+  // 16 + 1 heads at 16 lanes (272 threads): 3 blocks of 6 rows, one row past the heads.
+  p = plan_rope_lean(lean_facts(1, 17, 128, 256), 132);
+  EXPECT_EQ(p.head_split, 3);
+  EXPECT_EQ(p.by, 6);
+  // Blocks of up to kRopeLeanSplitMinThreads threads stay whole: 40 heads at 4 lanes (D 64),
+  // 17 at 8, one head.
+  for (const RopeLeanFacts& w :
+       {lean_facts(1, 40, 32, 64), lean_facts(1, 17, 64, 128), lean_facts(1, 1, 64, 128)}) {
+    p = plan_rope_lean(w, 132);
+    EXPECT_EQ(p.head_split, 1);
+    EXPECT_EQ(p.by, w.heads);
+  }
   // B sequences count as tokens: 8 x 16 tokens at 132 multiprocessors split in 2.
   RopeLeanFacts f = lean_facts(128, 40, 64, 128);
   f.seq = 16;
@@ -300,6 +306,7 @@ TEST(CpuRopePlan, LeanHeadSplit) {
           const int64_t rows = std::max<int64_t>(1, kRopeLeanSplitThreads / q.bx);
           EXPECT_LE(q.head_split, (heads + rows - 1) / rows);
           if (q.head_split > 1) {
+            EXPECT_GT(q.bx * heads, kRopeLeanSplitMinThreads);
             EXPECT_LE(tokens * q.head_split, int64_t{kRopeLeanSplitBlocksPerSm} * sms);
           } else {
             EXPECT_EQ(q.by, heads);
