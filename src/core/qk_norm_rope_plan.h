@@ -55,7 +55,7 @@ constexpr int64_t kQkLeanRunMaxGrid = 4096;
 
 enum class QkKernel {
   kLeanRun,  ///< the lean layout over a persistent grid, its tokens interleaved over the blocks
-  kLean,     ///< the lean RoPE launch (one block per token, a head per thread row)
+  kLean,     ///< the lean RoPE launch (a token's heads in one block or split, a head per row)
   kPair,     ///< the RoPE kernel's layout plus the norm (16-bit, 16-byte accesses, R = D)
   kVector,   ///< 8 contiguous channels per lane, the NeoX partner by shuffle (16-bit)
   kScalar,   ///< any even D and alignment: a pair per lane slot, scalar accesses
