@@ -85,17 +85,19 @@ int64_t rope_lean_max_tokens(const RopeLeanFacts& f) {
 
 RopePlan plan_rope_lean(const RopeLeanFacts& f, int sm_count) {
   const int64_t seq = f.seq > 0 ? f.seq : f.tokens;
-  const int64_t lanes = f.half / kRopeLeanVec;
+  const int64_t lanes = std::max<int64_t>(1, f.half / kRopeLeanVec);
   const int64_t heads = std::max<int64_t>(1, f.heads);
   const int64_t rows = std::max<int64_t>(1, kRopeLeanSplitThreads / lanes);
   const bool whole = sm_count <= 0 || lanes * heads <= kRopeLeanSplitMinThreads;
-  const int64_t fit = whole ? 1 : int64_t{kRopeLeanSplitBlocksPerSm} * sm_count / f.tokens;
-  const int64_t split = std::max<int64_t>(1, std::min((heads + rows - 1) / rows, fit));
+  const int64_t fit =
+      whole ? 1 : int64_t{kRopeLeanSplitBlocksPerSm} * sm_count / std::max<int64_t>(1, f.tokens);
+  const int64_t z = std::max<int64_t>(1, std::min((heads + rows - 1) / rows, fit));
+  const int64_t by = (heads + z - 1) / z;
   RopePlan p;
   p.vec = kRopeLeanVec;
   p.bx = static_cast<int>(lanes);
-  p.by = static_cast<int>((heads + split - 1) / split);
-  p.head_split = static_cast<int>(split);
+  p.by = static_cast<int>(by);
+  p.head_split = static_cast<int>((heads + by - 1) / by);
   p.bz = 1;
   p.grid = seq;
   p.head_groups = static_cast<int>(f.tokens / seq);

@@ -147,27 +147,31 @@ constexpr int64_t rope_lean_run_ring_bytes(int elem_size, int cs_elem_size, int6
   return int64_t{kRopeLeanRunStages} * threads * 2 * kRopeLeanVec * (elem_size + cs_elem_size);
 }
 
-/// Head rows of a split lean block at most: (kRopeLeanSplitThreads / lanes) rows of lanes, so at
-/// most 3 warps, one per scheduler of a multiprocessor with one idle (H200, bf16 D 128, 32 + 8
-/// heads, bench/experiments/lean_head_split.cu: T = 1 in graphs QK-norm + RoPE 1.63 us in one
-/// block of 40 rows, 1.47 / 1.41 / 1.44 in blocks of 20 / 10 / 8; RoPE 1.45 -> 1.34 at 10).
+/// Threads a split lean block aims at: (kRopeLeanSplitThreads / lanes) rows of lanes, at most 3
+/// warps, one per scheduler of a multiprocessor with one idle, unless kRopeLeanSplitBlocksPerSm
+/// allows fewer, larger blocks only (H200, bf16 D 128, 32 + 8 heads,
+/// bench/experiments/lean_head_split.cu: T = 1 in graphs QK-norm + RoPE 1.63 us in one block of
+/// 40 rows, 1.47 / 1.41 / 1.44 in blocks of 20 / 10 / 8; RoPE 1.45 -> 1.34 at 10).
 constexpr int kRopeLeanSplitThreads = 96;
 /// Blocks per multiprocessor up to which a lean launch splits its tokens' heads (the same run:
 /// T = 64 at 4 blocks of 10 rows per token (2 per multiprocessor) QK 1.77 -> 1.69 us, RoPE
-/// 1.69 -> 1.63; T = 256 at 2 of 20 no faster, 2.53 against 2.51).
+/// 1.69 -> 1.63; at T = 256, 4 per multiprocessor, 10 rows no faster (QK 2.59 against 2.53);
+/// 20 rows, 8 per multiprocessor, ran 0.02-0.06 us faster there, not taken, a lead).
 constexpr int kRopeLeanSplitBlocksPerSm = 2;
 /// Threads of an unsplit lean block up to which it stays whole: at 6 warps or fewer (1.5 per
-/// scheduler) the split gained nothing and cost blocks (main job at 434f5f2, RoPE D 64, 32 + 8
-/// heads, blocks of 160 threads split in 2: T = 1 1.29 us both ways, T = 64 1.41 -> 1.52).
+/// scheduler) the split did not pay (main job at 434f5f2, RoPE D 64, 32 + 8 heads, blocks of 160
+/// threads split in 2: T = 1 1.29 us both ways, T = 64 1.52 against 1.41-1.44 whole in earlier
+/// runs and 1.48 whole again at d6fc228).
 constexpr int kRopeLeanSplitMinThreads = 192;
 
-/// The lean launch of a call rope_lean accepts, B = T / S sequences of S tokens, on a device of
-/// sm_count multiprocessors: grid (S, B, head_split), block (h / kRopeLeanVec, by, 1), vec
-/// kRopeLeanVec, single and lean set. The Hq + Hk heads go in one block (head_split 1, by =
-/// Hq + Hk) unless that block has more than kRopeLeanSplitMinThreads threads and more fit:
-/// head_split = min(the splits that keep a block within kRopeLeanSplitThreads threads (at least
-/// one row), kRopeLeanSplitBlocksPerSm x sm_count / T), by = ceil((Hq + Hk) / head_split)
-/// (sm_count <= 0: no split).
+/// The lean launch of a call rope_lean accepts (so T >= 1 and h >= kRopeLeanVec), B = T / S
+/// sequences of S tokens, on a device of sm_count multiprocessors: grid (S, B, head_split),
+/// block (h / kRopeLeanVec, by, 1), vec kRopeLeanVec, single and lean set. The Hq + Hk heads go
+/// in one block (head_split 1, by = Hq + Hk) unless that block has more than
+/// kRopeLeanSplitMinThreads threads and more fit: z = min(the splits that keep a block within
+/// kRopeLeanSplitThreads threads (at least one row), kRopeLeanSplitBlocksPerSm x sm_count / T),
+/// by = ceil((Hq + Hk) / z) and head_split = ceil((Hq + Hk) / by), so that no block is without a
+/// head (sm_count <= 0: no split).
 RopePlan plan_rope_lean(const RopeLeanFacts& f, int sm_count);
 
 /// The lean-run launch of a call rope_lean_shape accepts whose lanes (h / kRopeLeanVec) are a

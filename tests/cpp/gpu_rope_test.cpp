@@ -408,8 +408,8 @@ TEST(GpuRope, LongRuns) {
 // at D 128 / 256 and every run at D 64; up to kRopeLeanMaxTokens tokens for gathered rows) gives
 // the general kernel's bits (the same call with the lean kernel disallowed): both styles, both
 // directions, f16 and bf16 data, every table source and table dtype, D 64 / 128 / 256, one
-// sequence and B x S, in and out of place; a decode step of 16 + 1 heads at D 256, which the
-// planner splits over three blocks of 6 head rows (one row past the heads).
+// sequence and B x S, in and out of place; a run of 3 tokens of 16 + 1 heads at D 256, whose
+// heads the planner splits over three blocks of 6 rows per token (one row past the heads).
 TEST(GpuRope, LeanKernelMatchesGeneralKernel) {
   ROPENORM_REQUIRE_GPU();
   const RopePosKind i64 = RopePosKind::kI64;
@@ -431,8 +431,8 @@ TEST(GpuRope, LeanKernelMatchesGeneralKernel) {
     core::RopePlan planned;
     ASSERT_NO_FATAL_FAILURE(expect_general_kernel_bits(c, &planned));
     ASSERT_TRUE(planned.lean) << verify::describe(c);
-    // The decode step's 17 heads in 3 blocks (every device of the kernels' architectures has
-    // the 5 or more multiprocessors this takes).
+    // The 3-token run's 17 heads in 3 blocks per token (every device of the kernels' architectures
+    // has the 5 or more multiprocessors this takes).
     if (v.hk == 1) EXPECT_EQ(planned.head_split, 3) << verify::describe(c);
   }
 }

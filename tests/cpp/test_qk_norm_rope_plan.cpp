@@ -59,6 +59,20 @@ TEST(CpuQkNormRopePlan, LeanKernelForShortRunsWithLoadedCosSin) {
   EXPECT_EQ(p.kernel, QkKernel::kLean);
   EXPECT_EQ(p.rope.head_split, 4);
   EXPECT_EQ(p.rope.by, 10);
+  // The GPU tests' lean cases on such a device: 73 tokens in 3 blocks of 14 rows per token, a
+  // token alone at D 256 in 7 of 6 (the last with 4 heads).
+  on = facts(73, 40, 128, 128, 8, 2, true, true);
+  on.sm_count = 132;
+  p = plan_qk_norm_rope(on);
+  EXPECT_EQ(p.kernel, QkKernel::kLean);
+  EXPECT_EQ(p.rope.head_split, 3);
+  EXPECT_EQ(p.rope.by, 14);
+  on = facts(1, 40, 256, 256, 8, 2, true, true);
+  on.sm_count = 132;
+  p = plan_qk_norm_rope(on);
+  EXPECT_EQ(p.kernel, QkKernel::kLean);
+  EXPECT_EQ(p.rope.head_split, 7);
+  EXPECT_EQ(p.rope.by, 6);
   // Every run length for blocks of up to kRopeLeanLongRunThreads threads (8 lanes x 40 heads,
   // 16 x 32); larger blocks (16 x 40) up to the RoPE bound.
   EXPECT_EQ(plan_qk_norm_rope(facts(kRopeLeanMaxTokens, 40, 256, 256, 8, 2, true, true)).kernel,
@@ -248,40 +262,45 @@ TEST(CpuQkNormRopePlan, ScalarKernelForEverythingElse) {
 }
 
 TEST(CpuQkNormRopePlan, ShapesStayWithinTheKernelsLimits) {
-  for (int64_t tokens : {1, 2, 7, 1000, 100000}) {
-    for (int64_t heads : {1, 2, 9, 40, 160}) {
-      for (int64_t d : {2, 6, 16, 64, 80, 128, 256, 512}) {
-        for (int64_t r : {d, d / 2 / 2 * 2}) {
-          if (r < 2) continue;
-          for (int width : {1, 8}) {
-            for (bool loaded : {false, true}) {
-              const QkNormRopePlan p =
-                  plan_qk_norm_rope(facts(tokens, heads, d, r, width, 2, true, loaded));
-              switch (p.kernel) {
-                case QkKernel::kLean:
-                  EXPECT_TRUE(loaded);
-                  EXPECT_EQ(r, d);
-                  EXPECT_LE(p.rope.bx * p.rope.by, kRopeLeanMaxThreads);
-                  EXPECT_EQ(p.rope.bx * kQkVecChannels * 2, r);
-                  EXPECT_EQ(p.rope.by, heads);
-                  EXPECT_EQ(p.rope.grid, tokens);
-                  break;
-                case QkKernel::kPair:
-                  EXPECT_EQ(r, d);
-                  EXPECT_LE(p.rope.bx * p.rope.by * p.rope.bz, kRopeBlockThreads);
-                  EXPECT_EQ(p.rope.bx * kQkVecChannels * 2, r);
-                  break;
-                case QkKernel::kVector:
-                  EXPECT_LE(p.threads, kQkVecThreads);
-                  EXPECT_EQ(p.group * kQkVecChannels, d);
-                  EXPECT_GE(p.grid * (p.threads / (p.group * p.groups_per_token)), tokens);
-                  break;
-                case QkKernel::kScalar:
-                  EXPECT_LE(p.threads, kQkScalarMaxThreads);
-                  EXPECT_EQ(p.threads % 32, 0);
-                  EXPECT_GE(static_cast<int64_t>(p.group) * p.slots_per_lane, d / 2);
-                  EXPECT_EQ(p.grid, tokens);
-                  break;
+  for (int sms : {0, 132}) {
+    for (int64_t tokens : {1, 2, 7, 1000, 100000}) {
+      for (int64_t heads : {1, 2, 9, 40, 160}) {
+        for (int64_t d : {2, 6, 16, 64, 80, 128, 256, 512}) {
+          for (int64_t r : {d, d / 2 / 2 * 2}) {
+            if (r < 2) continue;
+            for (int width : {1, 8}) {
+              for (bool loaded : {false, true}) {
+                QkNormRopeFacts f = facts(tokens, heads, d, r, width, 2, true, loaded);
+                f.sm_count = sms;
+                const QkNormRopePlan p = plan_qk_norm_rope(f);
+                switch (p.kernel) {
+                  case QkKernel::kLean:
+                    EXPECT_TRUE(loaded);
+                    EXPECT_EQ(r, d);
+                    EXPECT_LE(p.rope.bx * p.rope.by, kRopeLeanMaxThreads);
+                    EXPECT_EQ(p.rope.bx * kQkVecChannels * 2, r);
+                    EXPECT_GE(int64_t{p.rope.by} * p.rope.head_split, heads);
+                    EXPECT_LT(int64_t{p.rope.by} * (p.rope.head_split - 1), heads);
+                    if (sms == 0) EXPECT_EQ(p.rope.by, heads);
+                    EXPECT_EQ(p.rope.grid, tokens);
+                    break;
+                  case QkKernel::kPair:
+                    EXPECT_EQ(r, d);
+                    EXPECT_LE(p.rope.bx * p.rope.by * p.rope.bz, kRopeBlockThreads);
+                    EXPECT_EQ(p.rope.bx * kQkVecChannels * 2, r);
+                    break;
+                  case QkKernel::kVector:
+                    EXPECT_LE(p.threads, kQkVecThreads);
+                    EXPECT_EQ(p.group * kQkVecChannels, d);
+                    EXPECT_GE(p.grid * (p.threads / (p.group * p.groups_per_token)), tokens);
+                    break;
+                  case QkKernel::kScalar:
+                    EXPECT_LE(p.threads, kQkScalarMaxThreads);
+                    EXPECT_EQ(p.threads % 32, 0);
+                    EXPECT_GE(static_cast<int64_t>(p.group) * p.slots_per_lane, d / 2);
+                    EXPECT_EQ(p.grid, tokens);
+                    break;
+                }
               }
             }
           }

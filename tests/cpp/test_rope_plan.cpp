@@ -284,6 +284,11 @@ TEST(CpuRopePlan, LeanHeadSplit) {
     EXPECT_EQ(p.head_split, 1);
     EXPECT_EQ(p.by, w.heads);
   }
+  // 64 heads at 16 lanes, 27 tokens: 9 blocks would fit, but 8 rows each fill 8 of them; no
+  // ninth block without a head.
+  p = plan_rope_lean(lean_facts(27, 64, 128, 256), 132);
+  EXPECT_EQ(p.by, 8);
+  EXPECT_EQ(p.head_split, 8);
   // B sequences count as tokens: 8 x 16 tokens at 132 multiprocessors split in 2.
   RopeLeanFacts f = lean_facts(128, 40, 64, 128);
   f.seq = 16;
@@ -294,7 +299,7 @@ TEST(CpuRopePlan, LeanHeadSplit) {
   // Every split: no block without a head, every head in a block, no finer than blocks of
   // kRopeLeanSplitThreads threads need, and the blocks within the multiprocessors' bound.
   for (int sms : {0, 1, 132}) {
-    for (int64_t tokens : {1, 2, 7, 64, 300}) {
+    for (int64_t tokens : {1, 2, 7, 27, 29, 64, 300}) {
       for (int64_t heads : {1, 2, 3, 9, 12, 13, 40, 64, 128}) {
         for (int64_t half : {8, 64, 128}) {
           const RopePlan q = plan_rope_lean(lean_facts(tokens, heads, half, 2 * half), sms);
