@@ -51,28 +51,21 @@ TEST(CpuQkNormRopePlan, LeanKernelForShortRunsWithLoadedCosSin) {
   EXPECT_EQ(p.rope.bz, 1);
   EXPECT_EQ(p.rope.grid, 1);
   EXPECT_EQ(p.rope.head_split, 1);  // the device unknown
-  // On a device of 132 multiprocessors the heads of a decode step go in 4 blocks of 10 rows
-  // (core::plan_rope_lean).
-  QkNormRopeFacts on = facts(1, 40, 128, 128, 8, 2, true, true);
-  on.sm_count = 132;
-  p = plan_qk_norm_rope(on);
-  EXPECT_EQ(p.kernel, QkKernel::kLean);
-  EXPECT_EQ(p.rope.head_split, 4);
-  EXPECT_EQ(p.rope.by, 10);
-  // The GPU tests' lean cases on such a device: 73 tokens in 3 blocks of 14 rows per token, a
-  // token alone at D 256 in 7 of 6 (the last with 4 heads).
-  on = facts(73, 40, 128, 128, 8, 2, true, true);
-  on.sm_count = 132;
-  p = plan_qk_norm_rope(on);
-  EXPECT_EQ(p.kernel, QkKernel::kLean);
-  EXPECT_EQ(p.rope.head_split, 3);
-  EXPECT_EQ(p.rope.by, 14);
-  on = facts(1, 40, 256, 256, 8, 2, true, true);
-  on.sm_count = 132;
-  p = plan_qk_norm_rope(on);
-  EXPECT_EQ(p.kernel, QkKernel::kLean);
-  EXPECT_EQ(p.rope.head_split, 7);
-  EXPECT_EQ(p.rope.by, 6);
+  // On a device of 132 multiprocessors a token's heads are split (core::plan_rope_lean): a
+  // decode step in 4 blocks of 10 rows; the GPU tests' lean cases: 73 tokens in 3 blocks of 14
+  // rows per token, a token alone at D 256 in 7 of 6 (the last with 4 heads).
+  struct Split {
+    int64_t tokens, d;
+    int head_split, by;
+  };
+  for (const Split& e : {Split{1, 128, 4, 10}, Split{73, 128, 3, 14}, Split{1, 256, 7, 6}}) {
+    QkNormRopeFacts on = facts(e.tokens, 40, e.d, e.d, 8, 2, true, true);
+    on.sm_count = 132;
+    p = plan_qk_norm_rope(on);
+    EXPECT_EQ(p.kernel, QkKernel::kLean);
+    EXPECT_EQ(p.rope.head_split, e.head_split) << e.tokens << " tokens, D " << e.d;
+    EXPECT_EQ(p.rope.by, e.by) << e.tokens << " tokens, D " << e.d;
+  }
   // Every run length for blocks of up to kRopeLeanLongRunThreads threads (8 lanes x 40 heads,
   // 16 x 32); larger blocks (16 x 40) up to the RoPE bound.
   EXPECT_EQ(plan_qk_norm_rope(facts(kRopeLeanMaxTokens, 40, 256, 256, 8, 2, true, true)).kernel,
