@@ -7,6 +7,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -112,4 +113,13 @@ inline ropenorm::core::QkNormRopeCall standard_qk_call(
   c.wk = TensorRef::contiguous(w + kD, DType::kBFloat16, {kD}, dev);
   c.norm.eps = eps;
   return c;
+}
+
+/// The largest grid of at most max_grid blocks that divides t tokens (every block of an
+/// interleaved persistent grid then takes the same number of rounds; 1 when none larger does).
+inline int64_t dividing_grid(int64_t t, int64_t max_grid) {
+  for (int64_t g = std::min(t, max_grid); g > 1; --g) {
+    if (t % g == 0) return g;
+  }
+  return 1;
 }

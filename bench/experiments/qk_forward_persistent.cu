@@ -36,7 +36,9 @@
 // the butterfly on the full warp mask (kFullWarps: 9 fewer instructions per round in the SASS,
 // no convergence check) joins the variants; from the next commit on, the flat walk (every
 // address one wide multiply-add of the 32-bit token index) alone and with the full mask, the
-// library's instance for this call (LeanFlatI64). Not part of the build:
+// library's instance for this call (LeanFlatI64). Added after 1ae3ff4, not yet run: that
+// instance also on the largest grid that divides T (256 blocks at T = 65536 instead of 264,
+// whose last round only 64 blocks run). Not part of the build:
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90,code=sm_90 -Iinclude -Isrc \
 //        bench/experiments/qk_forward_persistent.cu build/libropenorm.a -o qk_forward_persistent
 #include <cuda_runtime.h>
@@ -428,12 +430,13 @@ int main(int argc, char** argv) {
       const auto v3p = persistent(persistent_qk_kernel<3, true>, 3);
       // The library's lean-run kernel in its two instances, on the library's arguments.
       const auto run_smem = static_cast<size_t>(core::rope_lean_run_ring_bytes(2, 4, kThreads));
-      auto library_run = [&](auto kernel, int stages = core::kRopeLeanRunStages) {
+      const int64_t run_grid = std::min<int64_t>(t, int64_t{sms} * core::kQkLeanRunMinBlocks);
+      auto library_run = [&](auto kernel, int stages = core::kRopeLeanRunStages, int64_t grid = 0) {
         const size_t smem = run_smem / core::kRopeLeanRunStages * static_cast<size_t>(stages);
         CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                 static_cast<int>(smem)));
-        return [&, kernel, smem] {
-          const int64_t grid = std::min<int64_t>(t, int64_t{sms} * core::kQkLeanRunMinBlocks);
+        if (grid == 0) grid = run_grid;
+        return [&, kernel, smem, grid] {
           CK(launch_with_pdl(kernel, dim3(static_cast<unsigned>(grid)), dim3(kLanes, kHeads), smem,
                              nullptr, qa));
         };
@@ -485,12 +488,21 @@ int main(int argc, char** argv) {
       const auto r_flat = library_run(qk_norm_rope_lean_run_kernel<bf16, float, false, FlatOnly>);
       const auto r_flat_full =
           library_run(qk_norm_rope_lean_run_kernel<bf16, float, false, LeanFlatI64<8>>);
-      std::vector<std::function<void()>> vs = {r_i64,   r_i64_full, r_flat, r_flat_full,
-                                               r_i64_3, wcs2i,      wcs3i,  lean_per_token};
-      std::vector<const char*> names = {"run i64 rows",          "run i64 rows full mask",
-                                        "run flat i64",          "run flat i64 full mask",
-                                        "run i64 rows 3 stages", "interleaved ring 2",
-                                        "interleaved ring 3",    "lean per token"};
+      const auto r_flat_even =
+          library_run(qk_norm_rope_lean_run_kernel<bf16, float, false, LeanFlatI64<8>>,
+                      core::kRopeLeanRunStages, dividing_grid(t, run_grid));
+      std::vector<std::function<void()>> vs = {r_i64,       r_i64_full,  r_flat,
+                                               r_flat_full, r_flat_even, r_i64_3,
+                                               wcs2i,       wcs3i,       lean_per_token};
+      std::vector<const char*> names = {"run i64 rows",
+                                        "run i64 rows full mask",
+                                        "run flat i64",
+                                        "run flat i64 full mask",
+                                        "the same on the grid dividing T",
+                                        "run i64 rows 3 stages",
+                                        "interleaved ring 2",
+                                        "interleaved ring 3",
+                                        "lean per token"};
       (void)v2, (void)v2p, (void)v3p, (void)r_lanes, (void)r_i64_l1, (void)pipe, (void)ring2,
           (void)ring3, (void)ring4d, (void)ring6d, (void)wcs2, (void)wcs3, (void)wcs4, (void)wcs4i;
       if (gptj) {  // the library's gptj kernels only (the experiment kernels are neox)

@@ -21,7 +21,11 @@
 // was no faster than the library's 2 (D 128 neox T = 65536 340.13 against 338.72 us, D 256
 // 676.16 against 660.51). From the flat walk's commit on, the lean run with the flat walk
 // (LeanRowsFlatI64: 62-71 registers against 86-96) at 2, 3 and 4 x 320 threads per
-// multiprocessor joins; the library's call takes it for these calls.
+// multiprocessor joins; the library's call takes it for these calls. Added after 1ae3ff4, not
+// yet run: the flat run at 2 x 320 also on the largest grid that divides T (256 blocks at
+// T = 32768 and 65536 instead of 264, 4 multiprocessors idle): 264 blocks leave a last round
+// that only 32 (T = 32768) or 64 (T = 65536) of them run; is that ragged round worth the 4
+// multiprocessors?
 // Cold-L2 CUDA-event medians. Arguments (optional): config names, "--", run lengths
 // (e.g. `rope_lean_run "D128 neox" "D256 neox" -- 16384 65536`). Not part of the build:
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90,code=sm_90 -Iinclude -Isrc \
@@ -151,6 +155,12 @@ int main(int argc, char** argv) {
         const auto flat = gptj ? rope_lean_run_kernel<bf16, float, true, LeanRowsFlatI64>
                                : rope_lean_run_kernel<bf16, float, false, LeanRowsFlatI64>;
         vs.push_back([&, flat, run] { CK(launch_lean_layout(flat, run, nullptr, ra)); });
+        if (per == 2) {  // the same blocks on the largest grid that divides T: no ragged round
+          core::RopePlan even = run;
+          even.grid = dividing_grid(t, run.grid);
+          names.push_back("flat run, grid " + std::to_string(even.grid) + " dividing T");
+          vs.push_back([&, flat, even] { CK(launch_lean_layout(flat, even, nullptr, ra)); });
+        }
         if (per == 2) {  // blocks of at most 160 threads, 4 per SM: half a D 128 token per block
           const core::RopePlan half = core::plan_rope_lean_run(lf, 160, 4, sms, 4096);
           names.push_back("run 4x160/SM (" + std::to_string(half.head_groups) + " head groups)");
