@@ -49,10 +49,16 @@ struct RopeLeanItem {
   float c[V], sn[V];
 };
 
-/// Whether the calling thread's head row (blockIdx.z blockDim.y + threadIdx.y: the heads split
-/// over grid z) lies past the Hq + Hk heads; such rows exit before they touch memory.
+/// The calling thread's head row of a lean launch: blockIdx.z blockDim.y + threadIdx.y (the
+/// heads split over grid z).
+__device__ __forceinline__ unsigned lean_head_row() {
+  return blockIdx.z * blockDim.y + threadIdx.y;
+}
+
+/// Whether the calling thread's head row (lean_head_row) lies past the Hq + Hk heads; such rows
+/// exit before they touch memory.
 __device__ __forceinline__ bool lean_row_past_heads(const RopeKernelArgs& a) {
-  return blockIdx.z * blockDim.y + threadIdx.y >= static_cast<unsigned>(a.hq + a.hk);
+  return lean_head_row() >= static_cast<unsigned>(a.hq + a.hk);
 }
 
 /// Position of token (b, s) as Spec fixes it (rope_position when it fixes none; 0, unused, for
@@ -107,7 +113,7 @@ __device__ __forceinline__ void rope_lean_load(const RopeKernelArgs& a, RopeLean
   constexpr int V = core::kRopeLeanVec;
   const int64_t s = blockIdx.x, b = blockIdx.y;
   it.t = b * a.seq + s;
-  it.hh = static_cast<int>(blockIdx.z * blockDim.y + threadIdx.y);
+  it.hh = static_cast<int>(lean_head_row());
   const int i0 = static_cast<int>(threadIdx.x) * V;
   it.oa = kGptj ? 2 * i0 : i0;
   it.ob = kGptj ? 2 * i0 + V : a.half + i0;
