@@ -9,13 +9,16 @@
 // exit at once (lean_row_past_heads). R = 40 (Z = 1) is the library's launch. Every split's
 // output and rstd are compared bit for bit with the library call's.
 // Graph-replay medians (graphs of 20 launches, as the main job times T = 1) up to T = 256,
-// cold-L2 event medians above. Not part of the build:
+// cold-L2 event medians above. Arguments (optional): the run lengths (at most 65536; default
+// 1 ... 1024). Not part of the build:
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90,code=sm_90 -Iinclude -Isrc \
 //        bench/experiments/lean_head_split.cu build/libropenorm.a -o lean_head_split
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <random>
 #include <vector>
 
@@ -47,8 +50,11 @@ float time_at(int64_t t, F f) {
 
 }  // namespace
 
-int main() {
-  const int64_t max_t = 4096, table = 4096;
+int main(int argc, char** argv) {
+  const int64_t max_t = 65536, table = 4096;
+  std::vector<int64_t> runs = {1, 2, 4, 8, 16, 32, 64, 256, 1024};
+  if (argc > 1) runs.clear();
+  for (int ai = 1; ai < argc; ++ai) runs.push_back(std::min<int64_t>(max_t, std::atoll(argv[ai])));
   const size_t qn = max_t * kHq * kD, kn = max_t * kHk * kD, rn = max_t * kHeads;
   std::mt19937_64 rng(20261203);
   bf16* q = device_bf16(random_bf16(rng, qn));
@@ -62,8 +68,7 @@ int main() {
   std::printf("copy bandwidth %.1f GB/s\n", copy_bandwidth_gbps(size_t{1} << 30));
   std::vector<uint32_t> ref_rstd;
   for (bool norm : {true, false}) {
-    for (int64_t t : {int64_t{1}, int64_t{2}, int64_t{4}, int64_t{8}, int64_t{16}, int64_t{32},
-                      int64_t{64}, int64_t{256}, int64_t{1024}}) {
+    for (int64_t t : runs) {
       core::QkNormRopeCall c = standard_qk_call(q, k, qo, ko, w, cs, t, table, kEps);
       core::RopeCall& r = c.rope;
       const TensorRef rq = TensorRef::contiguous(rstd, DType::kFloat32, {t, kHq}, dev);

@@ -88,10 +88,12 @@ RopePlan plan_rope_lean(const RopeLeanFacts& f, int sm_count) {
   const int64_t lanes = std::max<int64_t>(1, f.half / kRopeLeanVec);
   const int64_t heads = std::max<int64_t>(1, f.heads);
   const int64_t rows = std::max<int64_t>(1, kRopeLeanSplitThreads / lanes);
+  const int64_t max_rows = std::max<int64_t>(1, kRopeLeanSplitMinThreads / lanes);
   const bool whole = sm_count <= 0 || lanes * heads <= kRopeLeanSplitMinThreads;
   const int64_t fit =
       whole ? 1 : int64_t{kRopeLeanSplitBlocksPerSm} * sm_count / std::max<int64_t>(1, f.tokens);
-  const int64_t z = std::max<int64_t>(1, std::min((heads + rows - 1) / rows, fit));
+  const int64_t least = whole ? 1 : (heads + max_rows - 1) / max_rows;
+  const int64_t z = std::max(least, std::min((heads + rows - 1) / rows, fit));
   const int64_t by = (heads + z - 1) / z;
   RopePlan p;
   p.vec = kRopeLeanVec;

@@ -53,12 +53,14 @@ TEST(CpuQkNormRopePlan, LeanKernelForShortRunsWithLoadedCosSin) {
   EXPECT_EQ(p.rope.head_split, 1);  // the device unknown
   // On a device of 132 multiprocessors a token's heads are split (core::plan_rope_lean): a
   // decode step in 4 blocks of 10 rows; the GPU tests' lean cases: 73 tokens in 3 blocks of 14
-  // rows per token, a token alone at D 256 in 7 of 6 (the last with 4 heads).
+  // rows per token, a token alone at D 256 in 7 of 6 (the last with 4 heads); 1024 tokens in 2
+  // blocks of 20 (blocks of at most kRopeLeanSplitMinThreads threads at any run length).
   struct Split {
     int64_t tokens, d;
     int head_split, by;
   };
-  for (const Split& e : {Split{1, 128, 4, 10}, Split{73, 128, 3, 14}, Split{1, 256, 7, 6}}) {
+  for (const Split& e : {Split{1, 128, 4, 10}, Split{73, 128, 3, 14}, Split{1, 256, 7, 6},
+                         Split{1024, 128, 2, 20}}) {
     QkNormRopeFacts on = facts(e.tokens, 40, e.d, e.d, 8, 2, true, true);
     on.sm_count = 132;
     p = plan_qk_norm_rope(on);

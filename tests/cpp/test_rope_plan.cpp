@@ -248,8 +248,9 @@ TEST(CpuRopePlan, LeanLaunchShape) {
 }
 
 // A token's heads split over grid z into blocks of at most kRopeLeanSplitThreads threads, while
-// the T x head_split blocks stay within kRopeLeanSplitBlocksPerSm per multiprocessor, for blocks
-// of more than kRopeLeanSplitMinThreads threads.
+// the T x head_split blocks stay within kRopeLeanSplitBlocksPerSm per multiprocessor, and at any
+// run length into blocks of at most kRopeLeanSplitMinThreads threads, for blocks of more than
+// kRopeLeanSplitMinThreads threads.
 TEST(CpuRopePlan, LeanHeadSplit) {
   // 8 lanes: 12 rows at most, so 40 heads in 4 blocks of 10 rows.
   RopePlan p = plan_rope_lean(lean_facts(1, 40, 64, 128), 132);
@@ -265,9 +266,21 @@ TEST(CpuRopePlan, LeanHeadSplit) {
   p = plan_rope_lean(lean_facts(100, 40, 64, 128), 132);  // 3 x 100 > 264: 2 blocks of 20
   EXPECT_EQ(p.head_split, 2);
   EXPECT_EQ(p.by, 20);
-  p = plan_rope_lean(lean_facts(133, 40, 64, 128), 132);  // 2 x 133 > 264: no split
-  EXPECT_EQ(p.head_split, 1);
-  EXPECT_EQ(p.by, 40);
+  // 3 x 133 > 264, but 320 threads pass kRopeLeanSplitMinThreads: 2 blocks of 20 rows at any
+  // run length.
+  for (int64_t tokens : {133, 1024, 65536}) {
+    p = plan_rope_lean(lean_facts(tokens, 40, 64, 128), 132);
+    EXPECT_EQ(p.head_split, 2) << tokens;
+    EXPECT_EQ(p.by, 20) << tokens;
+  }
+  // 16 + 8 heads at 16 lanes (D 256, 384 threads) at 1100 tokens: 2 blocks of 12 rows; 64 heads
+  // at 8 lanes (512 threads) at 4096 tokens: 3 blocks of 22 rows (the last 20 heads).
+  p = plan_rope_lean(lean_facts(1100, 24, 128, 256), 132);
+  EXPECT_EQ(p.head_split, 2);
+  EXPECT_EQ(p.by, 12);
+  p = plan_rope_lean(lean_facts(4096, 64, 64, 128), 132);
+  EXPECT_EQ(p.head_split, 3);
+  EXPECT_EQ(p.by, 22);
   // 16 lanes (D 256): 6 rows at most, 40 heads in 7 blocks of 6 rows (the last one 4 heads).
   p = plan_rope_lean(lean_facts(1, 40, 128, 256), 132);
   EXPECT_EQ(p.head_split, 7);
@@ -297,9 +310,11 @@ TEST(CpuRopePlan, LeanHeadSplit) {
   EXPECT_EQ(p.head_groups, 8);
   EXPECT_EQ(p.head_split, 2);
   // Every split: no block without a head, every head in a block, no finer than blocks of
-  // kRopeLeanSplitThreads threads need, and the blocks within the multiprocessors' bound.
+  // kRopeLeanSplitThreads threads need, no block of more than kRopeLeanSplitMinThreads threads
+  // where a row fits, and more blocks than those that bound needs only within the
+  // multiprocessors' bound.
   for (int sms : {0, 1, 132}) {
-    for (int64_t tokens : {1, 2, 7, 27, 29, 64, 300}) {
+    for (int64_t tokens : {1, 2, 7, 27, 29, 64, 300, 5000}) {
       for (int64_t heads : {1, 2, 3, 9, 12, 13, 40, 64, 128}) {
         for (int64_t half : {8, 64, 128}) {
           const RopePlan q = plan_rope_lean(lean_facts(tokens, heads, half, 2 * half), sms);
@@ -310,9 +325,14 @@ TEST(CpuRopePlan, LeanHeadSplit) {
           EXPECT_GE(q.head_split, 1);
           const int64_t rows = std::max<int64_t>(1, kRopeLeanSplitThreads / q.bx);
           EXPECT_LE(q.head_split, (heads + rows - 1) / rows);
+          const int64_t max_rows = std::max<int64_t>(1, kRopeLeanSplitMinThreads / q.bx);
+          const int64_t least = (heads + max_rows - 1) / max_rows;
+          if (sms > 0) EXPECT_LE(q.by, max_rows);
           if (q.head_split > 1) {
             EXPECT_GT(q.bx * heads, kRopeLeanSplitMinThreads);
-            EXPECT_LE(tokens * q.head_split, int64_t{kRopeLeanSplitBlocksPerSm} * sms);
+            if (q.head_split > least) {
+              EXPECT_LE(tokens * q.head_split, int64_t{kRopeLeanSplitBlocksPerSm} * sms);
+            }
           } else {
             EXPECT_EQ(q.by, heads);
           }
