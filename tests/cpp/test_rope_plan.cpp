@@ -252,56 +252,38 @@ TEST(CpuRopePlan, LeanLaunchShape) {
 // run length into blocks of at most kRopeLeanSplitMinThreads threads, for blocks of more than
 // kRopeLeanSplitMinThreads threads.
 TEST(CpuRopePlan, LeanHeadSplit) {
-  // 8 lanes: 12 rows at most, so 40 heads in 4 blocks of 10 rows.
   RopePlan p = plan_rope_lean(lean_facts(1, 40, 64, 128), 132);
-  EXPECT_EQ(p.head_split, 4);
-  EXPECT_EQ(p.by, 10);
   EXPECT_EQ(p.bx, 8);
   EXPECT_EQ(p.grid, 1);
   EXPECT_TRUE(p.lean);
-  EXPECT_EQ(plan_rope_lean(lean_facts(64, 40, 64, 128), 132).head_split, 4);  // 256 blocks
-  p = plan_rope_lean(lean_facts(67, 40, 64, 128), 132);  // 4 x 67 > 264: 3 blocks of 14 rows
-  EXPECT_EQ(p.head_split, 3);
-  EXPECT_EQ(p.by, 14);
-  p = plan_rope_lean(lean_facts(100, 40, 64, 128), 132);  // 3 x 100 > 264: 2 blocks of 20
-  EXPECT_EQ(p.head_split, 2);
-  EXPECT_EQ(p.by, 20);
-  // 3 x 133 > 264, but 320 threads pass kRopeLeanSplitMinThreads: 2 blocks of 20 rows at any
-  // run length.
-  for (int64_t tokens : {133, 1024, 65536}) {
-    p = plan_rope_lean(lean_facts(tokens, 40, 64, 128), 132);
-    EXPECT_EQ(p.head_split, 2) << tokens;
-    EXPECT_EQ(p.by, 20) << tokens;
+  // Splits at 132 multiprocessors (half = h: the lanes are half / 8).
+  struct Split {
+    int64_t tokens, heads, half;
+    int head_split, by;
+    const char* why;
+  };
+  const Split splits[] = {
+      {1, 40, 64, 4, 10, "8 lanes: 12 rows at most, so 40 heads in 4 blocks of 10 rows"},
+      {64, 40, 64, 4, 10, "256 blocks"},
+      {67, 40, 64, 3, 14, "4 x 67 > 264: 3 blocks of 14 rows"},
+      {100, 40, 64, 2, 20, "3 x 100 > 264: 2 blocks of 20"},
+      {133, 40, 64, 2, 20, "3 x 133 > 264, but 320 threads pass kRopeLeanSplitMinThreads"},
+      {1024, 40, 64, 2, 20, "blocks of at most kRopeLeanSplitMinThreads at any run length"},
+      {65536, 40, 64, 2, 20, "blocks of at most kRopeLeanSplitMinThreads at any run length"},
+      {1100, 24, 128, 2, 12, "16 + 8 heads at 16 lanes (D 256, 384 threads)"},
+      {4096, 64, 64, 3, 22, "64 heads at 8 lanes (512 threads): the last block 20 heads"},
+      {1, 40, 128, 7, 6, "16 lanes (D 256): 6 rows at most, the last block 4 heads"},
+      {1, 17, 128, 3, 6, "16 + 1 heads at 16 lanes (272 threads): one row past the heads"},
+      {1, 40, 32, 1, 40, "4 lanes (D 64, 160 threads): whole"},
+      {1, 17, 64, 1, 17, "8 lanes, 136 threads: whole"},
+      {1, 1, 64, 1, 1, "one head: whole"},
+      {27, 64, 128, 8, 8, "9 blocks would fit, but 8 rows fill 8: no ninth block without a head"},
+  };
+  for (const Split& e : splits) {
+    p = plan_rope_lean(lean_facts(e.tokens, e.heads, e.half, 2 * e.half), 132);
+    EXPECT_EQ(p.head_split, e.head_split) << e.why;
+    EXPECT_EQ(p.by, e.by) << e.why;
   }
-  // 16 + 8 heads at 16 lanes (D 256, 384 threads) at 1100 tokens: 2 blocks of 12 rows; 64 heads
-  // at 8 lanes (512 threads) at 4096 tokens: 3 blocks of 22 rows (the last 20 heads).
-  p = plan_rope_lean(lean_facts(1100, 24, 128, 256), 132);
-  EXPECT_EQ(p.head_split, 2);
-  EXPECT_EQ(p.by, 12);
-  p = plan_rope_lean(lean_facts(4096, 64, 64, 128), 132);
-  EXPECT_EQ(p.head_split, 3);
-  EXPECT_EQ(p.by, 22);
-  // 16 lanes (D 256): 6 rows at most, 40 heads in 7 blocks of 6 rows (the last one 4 heads).
-  p = plan_rope_lean(lean_facts(1, 40, 128, 256), 132);
-  EXPECT_EQ(p.head_split, 7);
-  EXPECT_EQ(p.by, 6);
-  // 16 + 1 heads at 16 lanes (272 threads): 3 blocks of 6 rows, one row past the heads.
-  p = plan_rope_lean(lean_facts(1, 17, 128, 256), 132);
-  EXPECT_EQ(p.head_split, 3);
-  EXPECT_EQ(p.by, 6);
-  // Blocks of up to kRopeLeanSplitMinThreads threads stay whole: 40 heads at 4 lanes (D 64),
-  // 17 at 8, one head.
-  for (const RopeLeanFacts& w :
-       {lean_facts(1, 40, 32, 64), lean_facts(1, 17, 64, 128), lean_facts(1, 1, 64, 128)}) {
-    p = plan_rope_lean(w, 132);
-    EXPECT_EQ(p.head_split, 1);
-    EXPECT_EQ(p.by, w.heads);
-  }
-  // 64 heads at 16 lanes, 27 tokens: 9 blocks would fit, but 8 rows each fill 8 of them; no
-  // ninth block without a head.
-  p = plan_rope_lean(lean_facts(27, 64, 128, 256), 132);
-  EXPECT_EQ(p.by, 8);
-  EXPECT_EQ(p.head_split, 8);
   // B sequences count as tokens: 8 x 16 tokens at 132 multiprocessors split in 2.
   RopeLeanFacts f = lean_facts(128, 40, 64, 128);
   f.seq = 16;
