@@ -4,16 +4,18 @@
 // over several multiprocessors, shorten a decode step?
 // bf16 q [T, 32, 128], k [T, 8, 128], neox, f32 cos/sin cache of 4096 rows, random int64
 // positions, out of place, rstd saved (QK). The library's lean kernels in the instances its
-// launchers pick for this call (QK: LeanDecode<kInt64>; RoPE: LeanRows), launched on grid
+// launchers pick for this call (QK: LeanDecode<kInt64>, picked up to 1024 tokens and run here at
+// every length; RoPE: LeanRows), launched on grid
 // (S, B, Z) and block (8, R): thread row y of block z owns head z R + y, rows past the 40 heads
-// exit at once (lean_row_past_heads). R = 40 (Z = 1) is the library's launch. Every split's
+// exit at once (lean_row_past_heads). R = 40 (Z = 1) is one block per token. Every split's
 // output and rstd are compared bit for bit with the library call's.
 // Graph-replay medians (graphs of 20 launches, as the main job times T = 1) up to T = 256,
 // cold-L2 event medians above. Arguments (optional): the run lengths (at most 65536; default
 // 1 ... 1024). History: at 2e780af (lean-head-split-{large-t,long}-2e780af-*) blocks of 20 rows
-// ran as fast as 40 or faster at every length from 128 to 65536 tokens, so the planner splits
-// blocks of more than kRopeLeanSplitMinThreads threads at every run length from the next commit
-// on. Not part of the build:
+// ran as fast as 40 or faster at every length from 128 to 65536 tokens but RoPE T = 512
+// (+0.04 us in one of two passes), so the planner splits blocks of more than
+// kRopeLeanSplitMinThreads threads at every run length from the next commit on. Not part of the
+// build:
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90,code=sm_90 -Iinclude -Isrc \
 //        bench/experiments/lean_head_split.cu build/libropenorm.a -o lean_head_split
 #include <cuda_runtime.h>

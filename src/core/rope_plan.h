@@ -153,21 +153,23 @@ constexpr int64_t rope_lean_run_ring_bytes(int elem_size, int cs_elem_size, int6
 /// bench/experiments/lean_head_split.cu: T = 1 in graphs QK-norm + RoPE 1.63 us in one block of
 /// 40 rows, 1.47 / 1.41 / 1.44 in blocks of 20 / 10 / 8; RoPE 1.45 -> 1.34 at 10).
 constexpr int kRopeLeanSplitThreads = 96;
-/// Blocks per multiprocessor up to which a lean launch splits its tokens' heads (the same run:
-/// T = 64 at 4 blocks of 10 rows per token (2 per multiprocessor) QK 1.77 -> 1.69 us, RoPE
-/// 1.69 -> 1.63; at T = 256, 4 per multiprocessor, 10 rows no faster (QK 2.59 against 2.53);
-/// 20 rows, 8 per multiprocessor, ran 0.02-0.06 us faster there: the floor that
-/// kRopeLeanSplitMinThreads sets takes them).
+/// Blocks per multiprocessor up to which a lean launch splits its tokens' heads into blocks of
+/// about kRopeLeanSplitThreads threads (the same run: T = 64 at 4 blocks of 10 rows per token, 2
+/// per multiprocessor, QK 1.77 -> 1.69 us, RoPE 1.69 -> 1.63; at T = 256 blocks of 10 rows,
+/// about 8 per multiprocessor, no faster (QK 2.59 against 2.53), blocks of 20, about 4 per
+/// multiprocessor, 0.02-0.06 us faster: the floor that kRopeLeanSplitMinThreads sets takes
+/// them).
 constexpr int kRopeLeanSplitBlocksPerSm = 2;
-/// Threads of a lean block up to which it stays whole, and at most in a split block where the
-/// heads allow at any run length: at 6 warps or fewer (1.5 per scheduler) the split did not pay
-/// (main job at 434f5f2, RoPE D 64, 32 + 8 heads, blocks of 160 threads split in 2: T = 1
-/// 1.29 us both ways, T = 64 1.52 against 1.41-1.44 whole in earlier runs and 1.48 whole again
-/// at d6fc228), while a 320-thread block (D 128, 32 + 8 heads) split in 2 was as fast or faster
-/// at every length from 128 to 65536 tokens (bench/experiments/lean_head_split.cu, H200, at
-/// 2e780af: QK-norm + RoPE T = 1024 11.30 / 11.55 us against 11.71 / 11.94 in two runs, 1536
-/// 14.62 / 14.78 against 15.23 / 15.49; RoPE T = 1024 9.50 / 9.82 against 9.70 / 9.95, 65536
-/// 342.43 against 345.60; T = 512 RoPE 6.98 / 7.14 against 6.94 / 7.14).
+/// Threads of a lean block up to which it stays whole, and, at any run length, the most a split
+/// block has where one row of lanes fits: at 6 warps or fewer (1.5 per scheduler) the split did
+/// not pay (main job at 434f5f2, RoPE D 64, 32 + 8 heads, blocks of 160 threads split in 2:
+/// T = 1 1.29 us both ways, T = 64 1.52 against 1.41-1.44 whole in earlier runs and 1.48 whole
+/// again at d6fc228), while a 320-thread block (D 128, 32 + 8 heads) split in 2 was as fast or
+/// faster at every length from 128 to 65536 tokens but one, RoPE T = 512 (+0.04 us in one of two
+/// passes) (bench/experiments/lean_head_split.cu, H200, at 2e780af: QK-norm + RoPE T = 1024
+/// 11.30 / 11.55 us against 11.71 / 11.94 in two passes, 1536 14.62 / 14.78 against 15.23 /
+/// 15.49; RoPE T = 1024 9.50 / 9.82 against 9.70 / 9.95, 65536 342.43 against 345.60; T = 512
+/// RoPE 6.98 / 7.14 against 6.94 / 7.14).
 constexpr int kRopeLeanSplitMinThreads = 192;
 
 /// The lean launch of a call rope_lean accepts (so T >= 1 and h >= kRopeLeanVec), B = T / S
@@ -176,9 +178,10 @@ constexpr int kRopeLeanSplitMinThreads = 192;
 /// in one block (head_split 1, by = Hq + Hk) if that block has at most kRopeLeanSplitMinThreads
 /// threads (or sm_count <= 0); otherwise z = max(the fewest splits that keep a block within
 /// kRopeLeanSplitMinThreads threads, min(the splits that keep a block within
-/// kRopeLeanSplitThreads threads, kRopeLeanSplitBlocksPerSm x sm_count / T)), each at least one
-/// row, by = ceil((Hq + Hk) / z) and head_split = ceil((Hq + Hk) / by), so that no block is
-/// without a head.
+/// kRopeLeanSplitThreads threads, kRopeLeanSplitBlocksPerSm x sm_count / T)), where a block
+/// holds at least one row of lanes even when that row alone passes the bound (more than
+/// kRopeLeanSplitMinThreads lanes: one head per block), by = ceil((Hq + Hk) / z) and
+/// head_split = ceil((Hq + Hk) / by), so that no block is without a head.
 RopePlan plan_rope_lean(const RopeLeanFacts& f, int sm_count);
 
 /// The lean-run launch of a call rope_lean_shape accepts whose lanes (h / kRopeLeanVec) are a

@@ -433,7 +433,7 @@ TEST(GpuRope, LeanKernelMatchesGeneralKernel) {
     ASSERT_NO_FATAL_FAILURE(expect_general_kernel_bits(c, &planned));
     ASSERT_TRUE(planned.lean) << verify::describe(c);
     // The 3-token run's 17 heads in 3 blocks per token (every device of the kernels' architectures
-    // has the 5 or more multiprocessors this takes); the runs of 2047 tokens (40 heads at D 128)
+    // has the 5 or more multiprocessors this takes); the runs of 4095 tokens (40 heads at D 128)
     // and 2 x 1100 (24 at D 256) in 2 blocks per token, of at most kRopeLeanSplitMinThreads
     // threads, on any device of fewer than 1024 multiprocessors.
     if (v.hk == 1) EXPECT_EQ(planned.head_split, 3) << verify::describe(c);

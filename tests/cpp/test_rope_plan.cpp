@@ -267,7 +267,7 @@ TEST(CpuRopePlan, LeanHeadSplit) {
       {64, 40, 64, 4, 10, "256 blocks"},
       {67, 40, 64, 3, 14, "4 x 67 > 264: 3 blocks of 14 rows"},
       {100, 40, 64, 2, 20, "3 x 100 > 264: 2 blocks of 20"},
-      {133, 40, 64, 2, 20, "3 x 133 > 264, but 320 threads pass kRopeLeanSplitMinThreads"},
+      {133, 40, 64, 2, 20, "2 x 133 > 264, but 320 threads pass kRopeLeanSplitMinThreads"},
       {1024, 40, 64, 2, 20, "blocks of at most kRopeLeanSplitMinThreads at any run length"},
       {65536, 40, 64, 2, 20, "blocks of at most kRopeLeanSplitMinThreads at any run length"},
       {1100, 24, 128, 2, 12, "16 + 8 heads at 16 lanes (D 256, 384 threads)"},
