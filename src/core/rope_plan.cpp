@@ -22,6 +22,14 @@ bool fits(int v, int64_t half, int64_t head_dim, std::initializer_list<RopeAcces
   return true;
 }
 
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/// The fewest blocks of at most `threads` threads, each at least one row of `lanes` lanes, that
+/// hold `rows` rows.
+int64_t blocks_for_rows(int64_t rows, int64_t lanes, int64_t threads) {
+  return ceil_div(rows, std::max<int64_t>(1, threads / lanes));
+}
+
 }  // namespace
 
 int rope_vector_width(int64_t half, int64_t head_dim, int elem_size,
@@ -87,19 +95,20 @@ RopePlan plan_rope_lean(const RopeLeanFacts& f, int sm_count) {
   const int64_t seq = f.seq > 0 ? f.seq : f.tokens;
   const int64_t lanes = std::max<int64_t>(1, f.half / kRopeLeanVec);
   const int64_t heads = std::max<int64_t>(1, f.heads);
-  const int64_t rows = std::max<int64_t>(1, kRopeLeanSplitThreads / lanes);
-  const int64_t max_rows = std::max<int64_t>(1, kRopeLeanSplitMinThreads / lanes);
-  const bool whole = sm_count <= 0 || lanes * heads <= kRopeLeanSplitMinThreads;
-  const int64_t fit =
-      whole ? 1 : int64_t{kRopeLeanSplitBlocksPerSm} * sm_count / std::max<int64_t>(1, f.tokens);
-  const int64_t least = whole ? 1 : (heads + max_rows - 1) / max_rows;
-  const int64_t z = std::max(least, std::min((heads + rows - 1) / rows, fit));
-  const int64_t by = (heads + z - 1) / z;
+  int64_t z = 1;
+  if (sm_count > 0 && lanes * heads > kRopeLeanSplitMinThreads) {
+    const int64_t least = blocks_for_rows(heads, lanes, kRopeLeanSplitMinThreads);
+    const int64_t aim = blocks_for_rows(heads, lanes, kRopeLeanSplitThreads);
+    const int64_t fit =
+        int64_t{kRopeLeanSplitBlocksPerSm} * sm_count / std::max<int64_t>(1, f.tokens);
+    z = std::max(least, std::min(aim, fit));
+  }
+  const int64_t by = ceil_div(heads, z);
   RopePlan p;
   p.vec = kRopeLeanVec;
   p.bx = static_cast<int>(lanes);
   p.by = static_cast<int>(by);
-  p.head_split = static_cast<int>((heads + by - 1) / by);
+  p.head_split = static_cast<int>(ceil_div(heads, by));
   p.bz = 1;
   p.grid = seq;
   p.head_groups = static_cast<int>(f.tokens / seq);
@@ -112,12 +121,11 @@ RopePlan plan_rope_lean_run(const RopeLeanFacts& f, int max_threads, int min_blo
                             int64_t unknown_grid) {
   const int64_t lanes = f.half / kRopeLeanVec;
   const int64_t heads = std::max<int64_t>(1, f.heads);
-  const int64_t max_rows = std::max<int64_t>(1, max_threads / lanes);
-  const int64_t groups = (heads + max_rows - 1) / max_rows;
+  const int64_t groups = blocks_for_rows(heads, lanes, max_threads);
   RopePlan p;
   p.vec = kRopeLeanVec;
   p.bx = static_cast<int>(lanes);
-  p.by = static_cast<int>((heads + groups - 1) / groups);
+  p.by = static_cast<int>(ceil_div(heads, groups));
   p.bz = 1;
   p.head_groups = static_cast<int>(groups);
   const int64_t warp_threads = (lanes * p.by + 31) / 32 * 32;
