@@ -109,10 +109,12 @@ bool rms_norm_aligned_rows(const AccessFacts& x, int64_t n, int vec) {
 
 bool rms_norm_lean_rows(const LeanRowFacts& f, int vec) {
   if (vec <= kScalarWidth || f.n % vec != 0) return false;
-  if (f.fused || !f.exact || !f.same_dtype || f.weight == nullptr) return false;
-  if (f.x.elem_size != f.y.elem_size || vec * f.x.elem_size != 16) return false;
-  if (addr(f.weight) % 16 != 0 || f.x.rows.nd > 1 || f.y.rows.nd > 1) return false;
-  return rows_aligned(f.x, vec) && rows_aligned(f.y, vec);
+  if (!f.exact || !f.same_dtype || f.weight == nullptr) return false;
+  if (addr(f.weight) % 16 != 0 || vec * f.x.elem_size != 16) return false;
+  auto lean = [&](const AccessFacts& t) {
+    return t.elem_size == f.x.elem_size && t.rows.nd <= 1 && rows_aligned(t, vec);
+  };
+  return lean(f.x) && lean(f.y) && (!f.fused || (lean(f.r) && lean(f.ro)));
 }
 
 int rms_norm_vector_width(const AccessFacts& x, std::initializer_list<AccessFacts> others) {
@@ -165,18 +167,25 @@ RmsNormPlan plan_rms_norm(int64_t n, int vec, int x_elem, int r_elem, bool has_w
     int mid = wide;
     while (mid < many && !fits(mid, kMidThreads)) mid *= 2;
     const int64_t sms = sm_count > 0 ? sm_count : 1;
-    const int64_t few_rows = (lean_rows && wide == 1 ? kLeanFewRowsPerSm : kFewRowsPerSm) * sms;
-    const int64_t mid_rows = (lean_rows ? kLeanMidRowsPerSm : kMidRowsPerSm) * sms;
-    if (aligned_rows && vec > kScalarWidth && r_elem > 0 && rows > mid_rows) {
+    const bool fused = r_elem > 0;
+    // The fused add's lean kernel: the widest split at every row count (kLeanFusedMaxVpt).
+    const bool fused_lean = fused && lean_rows && wide <= kLeanFusedMaxVpt;
+    if (aligned_rows && vec > kScalarWidth && fused && rows > kMidRowsPerSm * sms &&
+        !(fused_lean && wide == 1)) {
       RmsNormPlan ring;
       if (plan_block_ring(n, nvec, vec, max_vpt, x_elem, r_elem, has_weight, ring)) return ring;
     }
-    const bool early = lean_rows && many <= kLeanMaxVpt && rows <= kLeanEarlyRowsPerSm * sms;
-    const int vpt = early ? many : (rows <= few_rows ? wide : (rows <= mid_rows ? mid : many));
+    const bool lean = fused ? fused_lean : lean_rows;
+    const int64_t few_rows = (lean && wide == 1 ? kLeanFewRowsPerSm : kFewRowsPerSm) * sms;
+    const int64_t mid_rows = (lean ? kLeanMidRowsPerSm : kMidRowsPerSm) * sms;
+    const bool early = lean && (fused || many <= kLeanMaxVpt) && rows <= kLeanEarlyRowsPerSm * sms;
+    const int vpt = fused_lean ? wide
+                    : early    ? many
+                               : (rows <= few_rows ? wide : (rows <= mid_rows ? mid : many));
     // The direct kernel: registers only, no shared-memory ring, weight read from global memory.
     p.path = RmsNormPath::kBlockPerRow;
     p.vpt = vpt;
-    p.lean = lean_rows && vpt <= kLeanMaxVpt;
+    p.lean = lean && vpt <= kLeanMaxVpt;
     p.early_weight = early;
     p.threads = round_up((nvec + vpt - 1) / vpt, 32);
     p.stages = 0;

@@ -50,19 +50,21 @@ int rms_norm_vector_width(const AccessFacts& x, std::initializer_list<AccessFact
 struct LeanRowFacts {
   AccessFacts x;
   AccessFacts y;
+  AccessFacts r;                 ///< fused: the residual
+  AccessFacts ro;                ///< fused: residual_out (s)
   const void* weight = nullptr;  ///< null: no weight
-  bool same_dtype = false;       ///< y and the weight (present) in x's dtype
+  bool same_dtype = false;       ///< y, the weight (present) and, fused, r and ro in x's dtype
   bool exact = false;            ///< Rounding::kExact
   bool fused = false;            ///< with a residual
   int64_t n = 0;                 ///< row width
 };
 
 /// Whether the rows need none of the direct kernel's generality, so that its lean form serves
-/// them with the same bits: the plain op with a weight, exact rounding, y and the weight in x's
-/// dtype, n a multiple of the vector width vec (> 1), x and y rows of one leading dimension
-/// (after collapsing) and each of their rows 16-byte aligned (base aligned, row stride a multiple
-/// of vec elements), the weight 16-byte aligned. Depends on the tensors' layout, never on the row
-/// count.
+/// them with the same bits: a weight, exact rounding, y and the weight (and, for the fused add,
+/// the residual and residual_out) in x's dtype, n a multiple of the vector width vec (> 1), x
+/// and y (and r and ro) rows of one leading dimension (after collapsing) and each of their rows
+/// 16-byte aligned (base aligned, row stride a multiple of vec elements), the weight 16-byte
+/// aligned. Depends on the tensors' layout, never on the row count.
 bool rms_norm_lean_rows(const LeanRowFacts& f, int vec);
 
 /// Whether the rows have no edge elements: vec > 1 divides n and every row of x starts on a
@@ -123,6 +125,18 @@ constexpr int64_t kLeanFewRowsPerSm = 4;
 constexpr int64_t kLeanMidRowsPerSm = 32;
 constexpr int64_t kLeanEarlyRowsPerSm = 2;
 constexpr int kLeanMaxVpt = 4;
+/// The fused add on lean rows takes the lean kernel at its widest split (one vector per thread up
+/// to 512 threads, else two) at every row count, on the early-weight form up to
+/// kLeanEarlyRowsPerSm rows per multiprocessor; rows that need 2 vectors per thread keep the
+/// block ring from kMidRowsPerSm rows per multiprocessor on, and rows that need more keep the
+/// direct kernel. H200, bf16, out of place (log
+/// bench/results/rms-fused-lean-87f1391-nvidia-h200.log, docs/performance.md), the lean kernel
+/// against the plan before it: N = 4096 at 512 x 1, M = 1 1.72 us (early) against 2.41, M =
+/// 512 3.66 against 4.74, M = 4096 34.05 against 36.93, M = 32768 258.98 against 292.06 (128 x 4:
+/// 318.14, 256 x 2: 266.62); N = 8192 at 512 x 2, M = 1 2.31 (early) against 3.42, M = 512 7.28
+/// against 8.66, M = 32768 558.05 against the ring's 560.29; N = 7168 (448 x 2) M = 32768 504.22
+/// against the ring's 486.43.
+constexpr int kLeanFusedMaxVpt = 2;
 /// Threads per row the block ring aims for (vectors per thread grow until the row fits them).
 constexpr int kRingThreads = 256;
 /// Ring depth of the block ring (H200, bf16 fused add, M = 32768: 2 stages, two blocks per SM,
@@ -166,7 +180,8 @@ constexpr int64_t ring_smem_bytes(int64_t n, bool w_smem, int64_t slices, int v,
 /// dtypes only; on the block path the split depends on rows / sm_count too (kFewRowsPerSm,
 /// kMidRowsPerSm), which leaves the results unchanged (split-invariant reduction). lean_rows
 /// (rms_norm_lean_rows) lets the block path take the lean direct kernel (kLeanFewRowsPerSm,
-/// kLeanMidRowsPerSm, kLeanMaxVpt), again with the same results. aligned_rows
+/// kLeanMidRowsPerSm, kLeanMaxVpt; the fused add: kLeanFusedMaxVpt), again with the same
+/// results. aligned_rows
 /// (rms_norm_aligned_rows) lets the fused add's many-rows plan (more than kMidRowsPerSm rows per
 /// multiprocessor) take the block ring: about kRingThreads threads, at most kRingMaxVectors
 /// vectors, kBlockRingStages stages and the weight staged when it fits kSmemBudget; the same row

@@ -382,6 +382,50 @@ TEST(GpuRmsNorm, SplitInvariance) {
   }
 }
 
+// The fused add's lean kernel (rows of one leading dimension, one dtype: every row count) gives
+// the bits of the direct kernel and of the block ring, which take the same rows viewed as
+// [3, m / 3, n] stored sequence-major (leading dimensions that do not collapse): y, s and the rstd,
+// planned for the early-weight form's row counts, above them, and above kMidRowsPerSm rows per SM
+// (the ring for the batched view); one and two vectors per thread, each dtype, in place and out.
+TEST(GpuAddRmsNorm, LeanKernelMatchesDirectKernel) {
+  ROPENORM_REQUIRE_GPU();
+  const int64_t sms = cuda::device_sm_count();
+  struct Variant {
+    int64_t n;
+    DType dt;
+    bool in_place;
+  };
+  const Variant variants[] = {{4096, DType::kBFloat16, false}, {4096, DType::kBFloat16, true},
+                              {2048, DType::kFloat16, false},  {8192, DType::kBFloat16, false},
+                              {5120, DType::kFloat16, true},   {4096, DType::kFloat32, false}};
+  uint64_t seed = 900;
+  for (const Variant& v : variants) {
+    for (int64_t rows :
+         {int64_t{1}, core::kLeanEarlyRowsPerSm * sms + 1, core::kMidRowsPerSm * sms + 1}) {
+      RmsNormCase c;
+      c.m = 24;
+      c.n = v.n;
+      c.x_dtype = c.w_dtype = c.y_dtype = c.res_dtype = v.dt;
+      c.fused = true;
+      c.in_place = v.in_place;
+      c.pitch_pad = 8;
+      c.plan_rows = rows;
+      c.seed = seed++;
+      const auto in = verify::make_inputs(c);
+      const auto lean = verify::run_case(c, in);
+      ASSERT_TRUE(lean.passed) << lean.summary;
+      c.batch = 3;
+      const auto direct = verify::run_case(c, in);
+      ASSERT_TRUE(direct.passed) << direct.summary;
+      const std::string what = verify::describe(c) + " plan rows " + std::to_string(rows);
+      expect_same_bits(lean.y_out, direct.y_out, 0, c.m * c.n, (what + " y").c_str());
+      expect_same_bits(lean.residual_out_host, direct.residual_out_host, 0, c.m * c.n,
+                       (what + " s").c_str());
+      expect_same_bits(lean.rstd_out, direct.rstd_out, 0, c.m, (what + " rstd").c_str());
+    }
+  }
+}
+
 TEST(GpuRmsNorm, ZeroSizeIsNoOp) {
   ROPENORM_REQUIRE_GPU();
   for (int64_t m : {0, 3}) {

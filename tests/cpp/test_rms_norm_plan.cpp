@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <string>
 
 #include "core/rms_norm_plan.h"
 #include "core/row_layout.h"
@@ -153,7 +154,7 @@ TEST(CpuRmsNormPlan, LeanRows) {
     return rms_norm_lean_rows(g, 8);
   };
   EXPECT_FALSE(without([](LeanRowFacts& g) { g.n = 4095; }));
-  EXPECT_FALSE(without([](LeanRowFacts& g) { g.fused = true; }));
+  EXPECT_FALSE(without([](LeanRowFacts& g) { g.fused = true; }));  // no residual facts
   EXPECT_FALSE(without([](LeanRowFacts& g) { g.exact = false; }));
   EXPECT_FALSE(without([](LeanRowFacts& g) { g.same_dtype = false; }));
   EXPECT_FALSE(without([](LeanRowFacts& g) { g.weight = nullptr; }));
@@ -170,10 +171,75 @@ TEST(CpuRmsNormPlan, LeanRows) {
   EXPECT_FALSE(without([](LeanRowFacts& g) { g.y.elem_size = 4; }));
   EXPECT_TRUE(without([](LeanRowFacts& g) { g.x.rows = rows(4104); }));
   EXPECT_TRUE(without([](LeanRowFacts& g) { g.y.rows.nd = 0; }));
+  // The fused add: the residual and residual_out laid out as x and y must be.
+  LeanRowFacts fused = f;
+  fused.fused = true;
+  fused.r = {g_buf + 49152, 2, rows(4096)};
+  fused.ro = {g_buf + 65536, 2, rows(4104)};
+  EXPECT_TRUE(rms_norm_lean_rows(fused, 8));
+  auto fused_without = [&](auto change) {
+    LeanRowFacts g = fused;
+    change(g);
+    return rms_norm_lean_rows(g, 8);
+  };
+  EXPECT_FALSE(fused_without([](LeanRowFacts& g) { g.r.data = g_buf + 49154; }));
+  EXPECT_FALSE(fused_without([](LeanRowFacts& g) { g.ro.rows = rows(4100); }));
+  EXPECT_FALSE(fused_without([](LeanRowFacts& g) { g.r.rows.nd = 2; }));
+  EXPECT_FALSE(fused_without([](LeanRowFacts& g) { g.ro.rows.nd = 2; }));
+  EXPECT_FALSE(fused_without([](LeanRowFacts& g) { g.r.elem_size = 4; }));
+  EXPECT_FALSE(fused_without([](LeanRowFacts& g) { g.exact = false; }));
+  EXPECT_FALSE(fused_without([](LeanRowFacts& g) { g.same_dtype = false; }));
+  EXPECT_TRUE(fused_without([](LeanRowFacts& g) { g.ro.rows.nd = 0; }));
   // f32 rows: 4-element vectors.
   f.x.elem_size = f.y.elem_size = 4;
   f.x.rows = f.y.rows = rows(4100);
   EXPECT_TRUE(rms_norm_lean_rows(f, 4));
+}
+
+// The fused add on lean rows: the widest split at every row count (early weight up to 2 rows
+// per SM) while it has at most 2 vectors per thread; rows of one vector per thread never take
+// the block ring, rows of two take it from 8 rows per SM on, rows of more keep the direct
+// kernel's plans.
+TEST(CpuRmsNormPlan, FusedLeanSplit) {
+  constexpr int kSms = 132;
+  struct Want {
+    int64_t n;
+    int vec, elem;
+    int64_t rows;
+    RmsNormPath path;
+    int threads, vpt;
+    bool lean, early;
+  };
+  const auto blk = RmsNormPath::kBlockPerRow, ring = RmsNormPath::kBlockRing;
+  for (const Want& w : {Want{4096, 8, 2, 1, blk, 512, 1, true, true},
+                        Want{4096, 8, 2, 264, blk, 512, 1, true, true},
+                        Want{4096, 8, 2, 265, blk, 512, 1, true, false},
+                        Want{4096, 8, 2, 1057, blk, 512, 1, true, false},
+                        Want{4096, 8, 2, 40000, blk, 512, 1, true, false},
+                        Want{2048, 8, 2, 40000, blk, 256, 1, true, false},
+                        Want{8192, 8, 2, 1, blk, 512, 2, true, true},
+                        Want{8192, 8, 2, 1056, blk, 512, 2, true, false},
+                        Want{8192, 8, 2, 1057, ring, 256, 4, false, false},
+                        Want{5120, 8, 2, 600, blk, 320, 2, true, false},
+                        Want{4096, 4, 4, 1, blk, 512, 2, true, true},
+                        Want{4096, 4, 4, 1057, ring, 256, 4, false, false},
+                        Want{16384, 8, 2, 1, blk, 512, 4, false, false},
+                        Want{16384, 8, 2, 5000, blk, 512, 4, false, false}}) {
+    const auto p = plan_rms_norm(w.n, w.vec, w.elem, w.elem, true, w.rows, kSms, true, true);
+    const std::string at =
+        std::to_string(w.n) + " x" + std::to_string(w.elem) + " rows " + std::to_string(w.rows);
+    EXPECT_EQ(p.path, w.path) << at;
+    EXPECT_EQ(p.threads, w.threads) << at;
+    EXPECT_EQ(p.vpt, w.vpt) << at;
+    EXPECT_EQ(p.lean, w.lean) << at;
+    EXPECT_EQ(p.early_weight, w.early) << at;
+  }
+  // Without lean rows the fused add keeps the direct kernel's and the ring's plans.
+  for (int64_t rows : {1, 600, 5000}) {
+    const auto p = plan_rms_norm(4096, 8, 2, 2, true, rows, kSms, false, true);
+    EXPECT_FALSE(p.lean || p.early_weight) << rows;
+    EXPECT_EQ(p.path, rows > 1056 ? RmsNormPath::kBlockRing : RmsNormPath::kBlockPerRow) << rows;
+  }
 }
 
 // Lean rows take the many-rows split on the early-weight form up to 2 rows per SM, then the

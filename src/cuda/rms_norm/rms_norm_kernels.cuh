@@ -26,9 +26,11 @@
 //    e) with chunk_sum, whose order does not depend on T x VPT, so the plan may pick the split
 //    by the row count without changing a bit.
 //  - lean direct kernel (plan.lean: rows of one leading dimension, 16-byte aligned, no edge
-//    elements, a weight in x's dtype): the direct kernel's ownership without edge elements;
-//    thread t reads its vectors' weight as 16-byte vectors in x's dtype (plan.early_weight:
-//    right after its x vectors, into registers, before the reduction; else after it).
+//    elements, a weight in x's dtype; for the fused add a residual and s of x's dtype laid out
+//    likewise): the direct kernel's ownership without edge elements; thread t reads its vectors'
+//    weight as 16-byte vectors in x's dtype (plan.early_weight: right after its x vectors, into
+//    registers, before the reduction; else after it), and with the residual writes s where it
+//    read x and the residual, before the reduction.
 //  - two-pass kernel (rows too wide for registers): the block owns row blockIdx.x (then strides
 //    by gridDim.x); thread t loops over vectors t, t + 512, ...; pass one sums squares (and
 //    writes s), pass two re-reads its own elements and writes y.
@@ -399,12 +401,14 @@ __global__ void __launch_bounds__(core::kRowsMaxThreads)
 
 /// Lean direct kernel (plan.lean, rows that core::rms_norm_lean_rows accepts): the direct kernel
 /// without its generality, y = x * r * (w + o) with r = 1 / sqrt(mean(x^2) + eps), rounded once
-/// to x's dtype. The same operations in the same order as the direct kernel (chunk_sum of the
-/// same chunks, the same weight factor and output expression), so the same bits. kEarlyWeight:
-/// the thread's weight vectors are loaded (as stored, 16 bits each) right after its x vectors,
-/// before the reduction, instead of after it: the same bits, one dependent memory round trip
-/// less per row, VPT * V / 2 more registers.
-template <typename Tx, int V, int VPT, bool kEarlyWeight = false>
+/// to x's dtype; kFused: the fused add, s = round(x + residual) written to residual_out and
+/// normalised in x's place (residual and s in x's dtype). The same operations in the same order as
+/// the direct kernel (the sum rounded before it is squared or stored, chunk_sum of the same
+/// chunks, the same weight factor and output expression), so the same bits. kEarlyWeight: the
+/// thread's weight vectors are loaded (as stored, 16 bits each) right after its x vectors, before
+/// the reduction, instead of after it: the same bits, one dependent memory round trip less per
+/// row, VPT * V / 2 more registers.
+template <typename Tx, int V, int VPT, bool kEarlyWeight = false, bool kFused = false>
 __global__ void __launch_bounds__(core::kRowsMaxThreads)
     rms_norm_lean_kernel(const RmsNormKernelArgs a) {
   __shared__ float scratch[VPT * core::kRowsMaxThreads / 32];
@@ -413,13 +417,15 @@ __global__ void __launch_bounds__(core::kRowsMaxThreads)
   const int nvec = static_cast<int>(a.n / V);
   const Tx* w = static_cast<const Tx*>(a.weight);
   // Rows of one leading dimension (rms_norm_lean_rows): row m starts at m * stride.
-  const int64_t x_stride = a.x_rows.nd == 0 ? 0 : a.x_rows.strides[0];
-  const int64_t y_stride = a.y_rows.nd == 0 ? 0 : a.y_rows.strides[0];
+  auto stride = [](const core::RowLayout& rows) { return rows.nd == 0 ? 0 : rows.strides[0]; };
+  const int64_t x_stride = stride(a.x_rows), y_stride = stride(a.y_rows);
+  const int64_t r_stride = kFused ? stride(a.r_rows) : 0, s_stride = kFused ? stride(a.ro_rows) : 0;
   griddep_wait();
   griddep_launch_dependents();
   for (int64_t row = blockIdx.x; row < a.m; row += gridDim.x) {
     const Tx* x = static_cast<const Tx*>(a.x) + row * x_stride;
     float v[VPT][V];
+    float rv[kFused ? VPT : 1][V];
     float part[VPT];
     RawVec<Tx, V> w_raw[kEarlyWeight ? VPT : 1];
 #pragma unroll
@@ -427,6 +433,11 @@ __global__ void __launch_bounds__(core::kRowsMaxThreads)
       const int j = tid + k * nthreads;
       if (j < nvec) {
         load_pack<Tx, V>(x + static_cast<int64_t>(j) * V, v[k]);
+        if constexpr (kFused) {
+          load_pack<Tx, V>(
+              static_cast<const Tx*>(a.residual) + row * r_stride + static_cast<int64_t>(j) * V,
+              rv[k]);
+        }
       } else {
 #pragma unroll
         for (int i = 0; i < V; ++i) v[k][i] = 0.0f;
@@ -437,6 +448,18 @@ __global__ void __launch_bounds__(core::kRowsMaxThreads)
       for (int k = 0; k < VPT; ++k) {
         const int j = tid + k * nthreads;
         if (j < nvec) load_raw<Tx, V>(w + static_cast<int64_t>(j) * V, w_raw[k]);
+      }
+    }
+    if constexpr (kFused) {
+      Tx* s_row = static_cast<Tx*>(a.residual_out) + row * s_stride;
+#pragma unroll
+      for (int k = 0; k < VPT; ++k) {
+        const int j = tid + k * nthreads;
+        if (j < nvec) {
+#pragma unroll
+          for (int i = 0; i < V; ++i) v[k][i] = round_through<Tx>(v[k][i] + rv[k][i]);
+          store_pack<Tx, V>(s_row + static_cast<int64_t>(j) * V, v[k]);
+        }
       }
     }
 #pragma unroll

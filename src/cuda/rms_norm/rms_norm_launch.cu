@@ -50,14 +50,16 @@ Status run_rms_norm(const core::RmsNormCall& c, int64_t plan_rows, Stream stream
   const int rs = c.fused ? static_cast<int>(dtype_size(c.residual.dtype)) : 1;
   const core::AccessFacts x_f{a.x, xs, a.x_rows};
   const core::AccessFacts y_f{a.y, static_cast<int>(dtype_size(c.y.dtype)), a.y_rows};
-  const int vec =
-      core::rms_norm_vector_width(x_f, {y_f, core::AccessFacts{a.residual, rs, a.r_rows},
-                                        core::AccessFacts{a.residual_out, rs, a.ro_rows}});
+  const core::AccessFacts r_f{a.residual, rs, a.r_rows}, ro_f{a.residual_out, rs, a.ro_rows};
+  const int vec = core::rms_norm_vector_width(x_f, {y_f, r_f, ro_f});
   core::LeanRowFacts lean;
   lean.x = x_f;
   lean.y = y_f;
+  lean.r = r_f;
+  lean.ro = ro_f;
   lean.weight = a.weight;
-  lean.same_dtype = c.y.dtype == c.x.dtype && c.weight.defined() && c.weight.dtype == c.x.dtype;
+  lean.same_dtype = c.y.dtype == c.x.dtype && c.weight.defined() && c.weight.dtype == c.x.dtype &&
+                    (!c.fused || c.residual.dtype == c.x.dtype);
   lean.exact = c.params.rounding == Rounding::kExact;
   lean.fused = c.fused;
   lean.n = a.n;

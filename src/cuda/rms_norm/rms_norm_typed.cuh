@@ -96,24 +96,29 @@ Status launch_grid(Kernel kernel, const RmsNormKernelArgs& a, int threads, cudaS
   return Status::Ok();
 }
 
-template <typename Tx, int V, int VPT>
+template <typename Tx, int V, int VPT, bool kFused>
 Status launch_lean_vpt(const RmsNormKernelArgs& a, const core::RmsNormPlan& p, cudaStream_t s) {
-  return p.early_weight ? launch_grid(rms_norm_lean_kernel<Tx, V, VPT, true>, a, p.threads, s)
-                        : launch_grid(rms_norm_lean_kernel<Tx, V, VPT>, a, p.threads, s);
+  return p.early_weight
+             ? launch_grid(rms_norm_lean_kernel<Tx, V, VPT, true, kFused>, a, p.threads, s)
+             : launch_grid(rms_norm_lean_kernel<Tx, V, VPT, false, kFused>, a, p.threads, s);
 }
 
+// Built for what the plan sends there: vector rows of the plain op at 1, 2 and 4 vectors per
+// thread, of the fused add with a residual of x's dtype at 1 and 2 (core::kLeanFusedMaxVpt).
 template <typename Tx, typename Tr, int V>
 Status launch_lean(const RmsNormKernelArgs& a, const core::RmsNormPlan& p, cudaStream_t s) {
-  if constexpr (std::is_same_v<Tr, NoResidual> && V > core::kScalarWidth) {
-    static_assert(core::kLeanMaxVpt == 4,
-                  "lean kernels are built for 1, 2 and 4 vectors per thread");
+  static_assert(core::kLeanMaxVpt == 4 && core::kLeanFusedMaxVpt == 2,
+                "lean kernels are built for 1, 2 and 4 vectors per thread (fused: 1 and 2)");
+  constexpr bool kFused = std::is_same_v<Tr, Tx>;
+  if constexpr ((kFused || std::is_same_v<Tr, NoResidual>)&&V > core::kScalarWidth) {
     switch (p.vpt) {
       case 1:
-        return launch_lean_vpt<Tx, V, 1>(a, p, s);
+        return launch_lean_vpt<Tx, V, 1, kFused>(a, p, s);
       case 2:
-        return launch_lean_vpt<Tx, V, 2>(a, p, s);
+        return launch_lean_vpt<Tx, V, 2, kFused>(a, p, s);
       case 4:
-        return launch_lean_vpt<Tx, V, 4>(a, p, s);
+        if constexpr (!kFused) return launch_lean_vpt<Tx, V, 4, false>(a, p, s);
+        break;
       default:
         break;
     }
