@@ -12,9 +12,12 @@
 // out of place, rstd saved, eps 1e-6. Per shape: the public add_rms_norm call, then the lean fused
 // kernel at every split of 64 .. 512 threads x 1, 2, 4 vectors per thread, each with and without
 // the early weight and the late s; CUDA-graph replay up to 512 rows, cold-L2 event medians above;
-// the copy bandwidth of the same run. Ownership as the lean kernel (rms_norm_kernels.cuh): block b
-// owns rows b, b + gridDim.x, ...; thread t owns vectors t, t + blockDim.x, ... of x, the
-// residual, s and y of each; thread 0 writes the rstd. Not part of the build:
+// the copy bandwidth of the same run. At 87f1391 (rms-fused-lean-87f1391-nvidia-h200.log) the
+// widest split won (N = 4096 M = 32768 258.98 us at 512 x 1 against the library's 292.06), which
+// de7ddb5 takes into the library (rms_norm_lean_kernel's kFused form). Ownership as the lean kernel
+// (rms_norm_kernels.cuh): block b owns rows b, b + gridDim.x, ...; thread t owns vectors t, t +
+// blockDim.x, ... of x, the residual, s and y of each; thread 0 writes the rstd. Not part of the
+// build:
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90,code=sm_90 -Iinclude -Isrc -Ibench/experiments \
 //        bench/experiments/rms_norm_fused_lean.cu build/libropenorm.a -o rms_norm_fused_lean
 #include <cuda_runtime.h>
