@@ -37,7 +37,8 @@ def _load() -> Optional[str]:
         return (
             f"the compiled extension {LIBRARY_PATH} is missing; build and install the package "
             "with `python3 -m pip install . --no-build-isolation` in an environment with a CUDA "
-            "build of torch and scikit-build-core"
+            "build of torch and scikit-build-core, or, in the source tree, run scripts/build "
+            "with that torch importable"
         )
     try:
         torch.ops.load_library(LIBRARY_PATH)

@@ -31,8 +31,8 @@ constexpr int max_vector_width(int elem_size) { return 16 / elem_size; }
 
 /// One tensor's alignment facts: base pointer, element size and its row layout.
 struct AccessFacts {
-  const void* data;
-  int elem_size;
+  const void* data = nullptr;
+  int elem_size = 0;
   RowLayout rows;
 };
 

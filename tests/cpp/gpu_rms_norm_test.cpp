@@ -296,8 +296,11 @@ TEST(GpuRmsNorm, BatchInvariance) {
 // at another element phase than x), the fused add.
 // Rows of more than 32 virtual warps (16384 at 8 elements per vector, 2050 scalars) have one
 // split at every row count; they check chunk_sum's two-level order against the oracle. Aligned
-// fused rows planned for more than kMidRowsPerSm rows per SM take the block ring kernel, which
-// must give the direct kernel's bits.
+// fused rows of two vectors per thread planned for more than kMidRowsPerSm rows per SM take the
+// block ring kernel, which must give the bits of the lean kernel (rows of one leading dimension
+// in one dtype, fewer rows) or the direct kernel (the others); fused lean rows of one vector per
+// thread (4096 bf16 and 1032 columns) take the lean kernel at every row count, which
+// GpuAddRmsNorm.LeanKernelMatchesDirectKernel sets against the direct kernel and the ring.
 TEST(GpuRmsNorm, SplitInvariance) {
   ROPENORM_REQUIRE_GPU();
   const int64_t sms = cuda::device_sm_count();

@@ -8,6 +8,7 @@
 
 #include "core/rms_norm_plan.h"
 #include "core/row_layout.h"
+#include "ropenorm/tensor.h"
 
 namespace ropenorm::core {
 namespace {
@@ -242,6 +243,42 @@ TEST(CpuRmsNormPlan, FusedLeanSplit) {
   }
 }
 
+// The layouts GpuAddRmsNorm.LeanKernelMatchesDirectKernel compares: rows of pitch n + 8 are lean
+// rows of the fused add, the same rows viewed as [3, m / 3, n] stored sequence-major (leading
+// dimensions that do not collapse) are not, so that test sets the lean kernel against the direct
+// kernel and the ring.
+TEST(CpuRmsNormPlan, FusedLeanRowsOfTheGpuTestLayouts) {
+  struct Variant {
+    int64_t n;
+    DType dt;
+  };
+  for (const Variant& v : {Variant{4096, DType::kBFloat16}, Variant{2048, DType::kFloat16},
+                           Variant{8192, DType::kBFloat16}, Variant{5120, DType::kFloat16},
+                           Variant{4096, DType::kFloat32}}) {
+    const int64_t m = 24, pitch = v.n + 8;
+    const int elem = static_cast<int>(dtype_size(v.dt));
+    auto facts = [&](bool batched, int64_t at) {
+      void* p = g_buf + at;
+      const TensorRef t =
+          batched ? TensorRef(p, v.dt, {3, m / 3, v.n}, {pitch, 3 * pitch, 1}, Device::cuda(0))
+                  : TensorRef(p, v.dt, {m, v.n}, {pitch, 1}, Device::cuda(0));
+      return AccessFacts{p, elem, make_row_layout(t)};
+    };
+    for (bool batched : {false, true}) {
+      LeanRowFacts f;
+      f.x = facts(batched, 0);
+      f.y = facts(batched, 16);
+      f.r = facts(batched, 32);
+      f.ro = facts(batched, 48);
+      f.weight = g_buf + 64;
+      f.same_dtype = f.exact = f.fused = true;
+      f.n = v.n;
+      EXPECT_EQ(f.x.rows.nd, batched ? 2 : 1) << v.n;
+      EXPECT_EQ(rms_norm_lean_rows(f, 16 / elem), !batched) << v.n << " batched " << batched;
+    }
+  }
+}
+
 // Lean rows take the many-rows split on the early-weight form up to 2 rows per SM, then the
 // widest split up to 4 rows per SM (1 where it has 2 vectors per thread), the middle one up to
 // 32 and the many-rows split beyond, on the lean kernel at 1, 2 and 4 vectors per thread.
@@ -345,6 +382,17 @@ TEST(CpuRmsNormPlan, EveryRegisterPlanCoversTheRow) {
       for (int64_t rows : {int64_t{1}, int64_t{1000}, int64_t{2000}, kManyRows}) {
         for (int r_elem : {0, 2}) {
           const auto p = plan_rms_norm(n, vec, 2, r_elem, true, rows, 132, false, r_elem > 0);
+          // Lean rows (16-byte vectors) of 16- and 32-bit elements: the kernels built for them.
+          for (int elem : {2, 4}) {
+            if (vec * elem != 16) continue;
+            const auto q =
+                plan_rms_norm(n, vec, elem, r_elem > 0 ? elem : 0, true, rows, 132, true, true);
+            if (q.lean) {
+              EXPECT_EQ(q.path, RmsNormPath::kBlockPerRow) << n;
+              EXPECT_LE(q.vpt, r_elem > 0 ? kLeanFusedMaxVpt : kLeanMaxVpt) << n;
+              EXPECT_GE(int64_t{q.threads} * q.vpt * vec, n) << n;
+            }
+          }
           if (p.path == RmsNormPath::kTwoPass) continue;
           EXPECT_LE(p.vpt * vec, kMaxRegElems) << n;
           EXPECT_LE(p.threads, kRowsMaxThreads) << n;

@@ -1,7 +1,8 @@
 """Makes the source tree's python/ropenorm importable when the package is not installed.
 
 An installed ropenorm (pip install . --no-build-isolation) carries the compiled extension and is
-preferred; the source tree has none, so tests that need it skip with the loader's reason.
+preferred. The source tree has the extension where scripts/build compiled it (python3 importing a
+CUDA build of torch); without it, tests that need it skip with the loader's reason.
 """
 
 import importlib.util
