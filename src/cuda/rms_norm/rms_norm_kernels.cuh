@@ -78,6 +78,20 @@ __device__ __forceinline__ float weight_factor(const RmsNormKernelArgs& a, const
   return 1.0f;
 }
 
+/// The fused add's sum s = round_to(Tr, x + r) (rms_norm_math.cuh): fp32 sum, one rounding to the
+/// residual's dtype, returned as fp32. Every kernel forms s through it, so all give the same s.
+template <typename Tr>
+__device__ __forceinline__ float residual_sum(float x, float r) {
+  return round_through<Tr>(x + r);
+}
+
+/// residual_sum of V elements, in place in v.
+template <typename Tr, int V>
+__device__ __forceinline__ void add_residual(float (&v)[V], const float (&r)[V]) {
+#pragma unroll
+  for (int i = 0; i < V; ++i) v[i] = residual_sum<Tr>(v[i], r[i]);
+}
+
 /// Output values of V elements v (in place) from rstd and their weight factors w: hf_llama
 /// (hf) or exact, before the final rounding.
 template <typename Tnorm, int V>
@@ -244,8 +258,7 @@ __device__ __forceinline__ void process_row(const RmsNormKernelArgs& a, int64_t 
     for (int k = 0; k < VPT; ++k) {
       const int j = tid + k * nthreads;
       if (j < nbody) {
-#pragma unroll
-        for (int i = 0; i < V; ++i) v[k][i] = round_through<Tr>(v[k][i] + rv[k][i]);
+        add_residual<Tr, V>(v[k], rv[k]);
         store_pack<Tr, V>(s_row + p + static_cast<int64_t>(j) * V, v[k]);
       }
     }
@@ -254,7 +267,7 @@ __device__ __forceinline__ void process_row(const RmsNormKernelArgs& a, int64_t 
   if (has_edge) {
     ve = to_float(ex);
     if constexpr (kFused) {
-      ve = round_through<Tr>(ve + to_float(er));
+      ve = residual_sum<Tr>(ve, to_float(er));
       s_row[e_col] = from_float<Tr>(ve);
     }
   }
@@ -456,8 +469,7 @@ __global__ void __launch_bounds__(core::kRowsMaxThreads)
       for (int k = 0; k < VPT; ++k) {
         const int j = tid + k * nthreads;
         if (j < nvec) {
-#pragma unroll
-          for (int i = 0; i < V; ++i) v[k][i] = round_through<Tx>(v[k][i] + rv[k][i]);
+          add_residual<Tx, V>(v[k], rv[k]);
           store_pack<Tx, V>(s_row + static_cast<int64_t>(j) * V, v[k]);
         }
       }
@@ -521,8 +533,7 @@ __global__ void __launch_bounds__(core::kTwoPassThreads)
       if constexpr (kFused) {
         float rv[V];
         load_pack<Tr, V>(r + col, rv);
-#pragma unroll
-        for (int i = 0; i < V; ++i) v[i] = round_through<Tr>(v[i] + rv[i]);
+        add_residual<Tr, V>(v, rv);
         store_pack<Tr, V>(s_row + col, v);
       }
 #pragma unroll
@@ -532,7 +543,7 @@ __global__ void __launch_bounds__(core::kTwoPassThreads)
     if (tid < edges) {
       ve = to_float(x[e_col]);
       if constexpr (kFused) {
-        ve = round_through<Tr>(ve + to_float(r[e_col]));
+        ve = residual_sum<Tr>(ve, to_float(r[e_col]));
         s_row[e_col] = from_float<Tr>(ve);
       }
       sum_sq += ve * ve;
