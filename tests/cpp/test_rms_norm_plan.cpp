@@ -149,48 +149,44 @@ TEST(CpuRmsNormPlan, LeanRows) {
   f.n = 4096;
   EXPECT_TRUE(rms_norm_lean_rows(f, 8));
   EXPECT_FALSE(rms_norm_lean_rows(f, 1));
-  auto without = [&](auto change) {
-    LeanRowFacts g = f;
+  // Whether the facts `base` with one change are lean rows at 8-element vectors.
+  auto without = [](const LeanRowFacts& base, auto change) {
+    LeanRowFacts g = base;
     change(g);
     return rms_norm_lean_rows(g, 8);
   };
-  EXPECT_FALSE(without([](LeanRowFacts& g) { g.n = 4095; }));
-  EXPECT_FALSE(without([](LeanRowFacts& g) { g.fused = true; }));  // no residual facts
-  EXPECT_FALSE(without([](LeanRowFacts& g) { g.exact = false; }));
-  EXPECT_FALSE(without([](LeanRowFacts& g) { g.same_dtype = false; }));
-  EXPECT_FALSE(without([](LeanRowFacts& g) { g.weight = nullptr; }));
-  EXPECT_FALSE(without([](LeanRowFacts& g) { g.weight = g_buf + 32770; }));
-  EXPECT_FALSE(without([](LeanRowFacts& g) {
+  EXPECT_FALSE(without(f, [](LeanRowFacts& g) { g.n = 4095; }));
+  EXPECT_FALSE(without(f, [](LeanRowFacts& g) { g.fused = true; }));  // no residual facts
+  EXPECT_FALSE(without(f, [](LeanRowFacts& g) { g.exact = false; }));
+  EXPECT_FALSE(without(f, [](LeanRowFacts& g) { g.same_dtype = false; }));
+  EXPECT_FALSE(without(f, [](LeanRowFacts& g) { g.weight = nullptr; }));
+  EXPECT_FALSE(without(f, [](LeanRowFacts& g) { g.weight = g_buf + 32770; }));
+  EXPECT_FALSE(without(f, [](LeanRowFacts& g) {
     g.x.data = g_buf + 16;
     g.x.rows = rows(4100);
   }));
-  EXPECT_FALSE(without([](LeanRowFacts& g) { g.y.data = g_buf + 16386; }));
-  EXPECT_FALSE(without([](LeanRowFacts& g) { g.y.rows.nd = 2; }));
-  EXPECT_FALSE(without([](LeanRowFacts& g) { g.x.rows.nd = 2; }));
-  EXPECT_FALSE(without([](LeanRowFacts& g) { g.x.data = g_buf + 2; }));
-  EXPECT_FALSE(without([](LeanRowFacts& g) { g.y.rows = rows(4100); }));
-  EXPECT_FALSE(without([](LeanRowFacts& g) { g.y.elem_size = 4; }));
-  EXPECT_TRUE(without([](LeanRowFacts& g) { g.x.rows = rows(4104); }));
-  EXPECT_TRUE(without([](LeanRowFacts& g) { g.y.rows.nd = 0; }));
+  EXPECT_FALSE(without(f, [](LeanRowFacts& g) { g.y.data = g_buf + 16386; }));
+  EXPECT_FALSE(without(f, [](LeanRowFacts& g) { g.y.rows.nd = 2; }));
+  EXPECT_FALSE(without(f, [](LeanRowFacts& g) { g.x.rows.nd = 2; }));
+  EXPECT_FALSE(without(f, [](LeanRowFacts& g) { g.x.data = g_buf + 2; }));
+  EXPECT_FALSE(without(f, [](LeanRowFacts& g) { g.y.rows = rows(4100); }));
+  EXPECT_FALSE(without(f, [](LeanRowFacts& g) { g.y.elem_size = 4; }));
+  EXPECT_TRUE(without(f, [](LeanRowFacts& g) { g.x.rows = rows(4104); }));
+  EXPECT_TRUE(without(f, [](LeanRowFacts& g) { g.y.rows.nd = 0; }));
   // The fused add: the residual and residual_out laid out as x and y must be.
   LeanRowFacts fused = f;
   fused.fused = true;
   fused.r = {g_buf + 49152, 2, rows(4096)};
   fused.ro = {g_buf + 65536, 2, rows(4104)};
   EXPECT_TRUE(rms_norm_lean_rows(fused, 8));
-  auto fused_without = [&](auto change) {
-    LeanRowFacts g = fused;
-    change(g);
-    return rms_norm_lean_rows(g, 8);
-  };
-  EXPECT_FALSE(fused_without([](LeanRowFacts& g) { g.r.data = g_buf + 49154; }));
-  EXPECT_FALSE(fused_without([](LeanRowFacts& g) { g.ro.rows = rows(4100); }));
-  EXPECT_FALSE(fused_without([](LeanRowFacts& g) { g.r.rows.nd = 2; }));
-  EXPECT_FALSE(fused_without([](LeanRowFacts& g) { g.ro.rows.nd = 2; }));
-  EXPECT_FALSE(fused_without([](LeanRowFacts& g) { g.r.elem_size = 4; }));
-  EXPECT_FALSE(fused_without([](LeanRowFacts& g) { g.exact = false; }));
-  EXPECT_FALSE(fused_without([](LeanRowFacts& g) { g.same_dtype = false; }));
-  EXPECT_TRUE(fused_without([](LeanRowFacts& g) { g.ro.rows.nd = 0; }));
+  EXPECT_FALSE(without(fused, [](LeanRowFacts& g) { g.r.data = g_buf + 49154; }));
+  EXPECT_FALSE(without(fused, [](LeanRowFacts& g) { g.ro.rows = rows(4100); }));
+  EXPECT_FALSE(without(fused, [](LeanRowFacts& g) { g.r.rows.nd = 2; }));
+  EXPECT_FALSE(without(fused, [](LeanRowFacts& g) { g.ro.rows.nd = 2; }));
+  EXPECT_FALSE(without(fused, [](LeanRowFacts& g) { g.r.elem_size = 4; }));
+  EXPECT_FALSE(without(fused, [](LeanRowFacts& g) { g.exact = false; }));
+  EXPECT_FALSE(without(fused, [](LeanRowFacts& g) { g.same_dtype = false; }));
+  EXPECT_TRUE(without(fused, [](LeanRowFacts& g) { g.ro.rows.nd = 0; }));
   // f32 rows: 4-element vectors.
   f.x.elem_size = f.y.elem_size = 4;
   f.x.rows = f.y.rows = rows(4100);
