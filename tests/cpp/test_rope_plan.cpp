@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "core/rope_plan.h"
+#include "cuda/rope/rope_args.h"
 #include "lean_facts.h"
 
 namespace ropenorm::core {
@@ -373,6 +374,46 @@ TEST(CpuRopePlan, FlatTokens) {
   const TokenStrides negative[] = {{0, -1, 2}};
   EXPECT_FALSE(flat_tokens(1, 16, negative, 1));
   EXPECT_TRUE(flat_tokens(3, 7, ops, 0));  // no operand: only T bounds it
+}
+
+// The flat walk also addresses a table row from the low 32 bits of its position: the launcher's
+// test (rope_flat_tokens) takes the tables indexed by position as operands of P rows, so the
+// 32-bit bounds hold for their row count and row strides in bytes too; computed cos/sin and
+// per-token tables have no rows by position and are not bounded.
+TEST(CpuRopePlan, FlatTokensTables) {
+  cuda::RopeKernelArgs a{};
+  a.q = {const_cast<void*>(at(0)), 65536 * 6144, 6144, 128};
+  a.q_out = a.q;
+  a.seq = 65536;
+  a.tokens = 65536;
+  a.batch = 1;
+  a.pos = at(0);
+  a.pos_i64 = true;
+  a.pos_ss = 1;
+  a.source = cuda::RopeSource::kCache;
+  a.cs_dtype = DType::kFloat32;
+  a.cos = a.sin = at(0);
+  a.cos_row = a.sin_row = 128;
+  a.table_rows = 65536;
+  EXPECT_TRUE(cuda::rope_flat_tokens(a, 2));
+  a.table_rows = kFlatMaxTokens;
+  EXPECT_TRUE(cuda::rope_flat_tokens(a, 2));
+  a.table_rows = kFlatMaxTokens + 1;
+  EXPECT_FALSE(cuda::rope_flat_tokens(a, 2));
+  a.table_rows = 65536;
+  a.source = cuda::RopeSource::kTable;
+  a.sin_row = kFlatMaxStrideBytes / 4;
+  EXPECT_TRUE(cuda::rope_flat_tokens(a, 2));
+  a.sin_row = kFlatMaxStrideBytes / 4 + 1;
+  EXPECT_FALSE(cuda::rope_flat_tokens(a, 2));
+  a.cs_dtype = DType::kBFloat16;  // the same row stride in elements, half the bytes
+  EXPECT_TRUE(cuda::rope_flat_tokens(a, 2));
+  a.source = cuda::RopeSource::kInvFreq;
+  a.cs_dtype = DType::kFloat32;
+  a.table_rows = 0;
+  EXPECT_TRUE(cuda::rope_flat_tokens(a, 2));
+  a.q.ss = kFlatMaxStrideBytes / 2 + 1;  // and the token strides still bound it
+  EXPECT_FALSE(cuda::rope_flat_tokens(a, 2));
 }
 
 TEST(CpuRopePlan, LeanRunInstance) {

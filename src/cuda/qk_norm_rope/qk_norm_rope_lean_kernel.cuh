@@ -29,7 +29,7 @@
 // thread row y of group blockIdx.y owns head blockIdx.y rows + y, rows past Hq + Hk exit) through
 // rope_lean_run (cuda/rope/rope_lean_run.cuh): block bx owns tokens bx, bx + gx, bx + 2 gx, ...,
 // one per round, each thread's next token's data and cos/sin in flight in its own shared-memory
-// ring while it computes the current one; each thread loads its 16 weights
+// ring while it computes the current one; each thread forms its 16 factors w + o
 // once, and per token runs qk_pair_head, so its bits are the lean kernel's. With flat tokens
 // (Spec::kFlat) the walk keeps t alone and lane 0 stores r at its head's rstd slot of token 0
 // plus t times the head count; with full warps (Spec::kFullWarps: no row exits, every warp
@@ -59,25 +59,26 @@ template <LeanPositions kPos>
 using LeanDecode = LeanSpec<8, kPos, true, true, core::kQkLeanDecodeThreads>;
 
 /// Thread (x, y) of lean block (s, b), after the wait: loads its head's two vectors, the
-/// position, its c_i, s_i and weights (rope_lean_load, qk_head_weights), then normalises,
-/// rotates and stores them (qk_pair_head: butterfly over the g lanes in mask, lane 0 storing r).
+/// position, its c_i, s_i and weight factors w + o (rope_lean_load, qk_head_factors), then
+/// normalises, rotates and stores them (qk_pair_head: butterfly over the g lanes in mask, lane 0
+/// storing r).
 template <typename T, typename C, bool kGptj, typename Spec>
 __device__ __forceinline__ void qk_norm_rope_lean_thread(const QkNormRopeArgs& args, int g,
                                                          unsigned mask) {
   constexpr int V = core::kRopeLeanVec;
   RopeLeanItem<T> it;
   rope_lean_load<T, C, kGptj, Spec>(args.rope, it);
-  float w0[V], w1[V];
-  qk_head_weights<V, std::conditional_t<Spec::kWeightsAsData, T, void>>(args, it.hh, it.oa, it.ob,
-                                                                        w0, w1);
+  float h0[V], h1[V];  // the head's factors w + o
+  qk_head_factors<V, std::conditional_t<Spec::kWeightsAsData, T, void>>(args, it.hh, it.oa, it.ob,
+                                                                        h0, h1);
   qk_pair_head<T, V, kGptj, 2 * Spec::kLanes * V>(
       args, [&] { return it.y; }, [&](float r) { qk_store_rstd(args, it.t, it.hh, r); }, it.oa,
       it.ob, it.regs, it.c, it.sn, mask, g,
       [&](float(&f0)[V], float(&f1)[V]) {
 #pragma unroll
         for (int i = 0; i < V; ++i) {
-          f0[i] = w0[i];
-          f1[i] = w1[i];
+          f0[i] = h0[i];
+          f1[i] = h1[i];
         }
       });
 }
@@ -125,9 +126,9 @@ __global__ void __launch_bounds__(core::kQkLeanRunThreads, core::kQkLeanRunMinBl
   // (fewer live registers).
   const QkRstdSlot rs = Spec::kFlat ? qk_rstd_slot(args, ln.hh) : QkRstdSlot{nullptr, 0};
   griddep_wait();
-  float w0[V], w1[V];
-  qk_head_weights<V, std::conditional_t<Spec::kWeightsAsData, T, void>>(args, ln.hh, oa, ob, w0,
-                                                                        w1);
+  float h0[V], h1[V];  // the head's factors w + o
+  qk_head_factors<V, std::conditional_t<Spec::kWeightsAsData, T, void>>(args, ln.hh, oa, ob, h0,
+                                                                        h1);
   rope_lean_run<T, C, Spec, kDataViaL1, false, kStages>(
       a, qk_lean_run_ring, ln,
       [&](int64_t t, const auto& y, const RopeHeadRegs<T, V>& regs, const float(&c)[V],
@@ -136,7 +137,7 @@ __global__ void __launch_bounds__(core::kQkLeanRunThreads, core::kQkLeanRunMinBl
             args, y,
             [&](float r) {
               if constexpr (Spec::kFlat) {
-                rs.store(t, r);
+                rs.store(static_cast<uint32_t>(t), r);  // t < 2^31 (the flat walk's cursor)
               } else {
                 qk_store_rstd(args, t, ln.hh, r);
               }
@@ -145,8 +146,8 @@ __global__ void __launch_bounds__(core::kQkLeanRunThreads, core::kQkLeanRunMinBl
             [&](float(&f0)[V], float(&f1)[V]) {
 #pragma unroll
               for (int i = 0; i < V; ++i) {
-                f0[i] = w0[i];
-                f1[i] = w1[i];
+                f0[i] = h0[i];
+                f1[i] = h1[i];
               }
             });
       });

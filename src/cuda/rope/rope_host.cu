@@ -148,6 +148,7 @@ void fill_rope_args(const core::RopeCall& c, const core::RopeGeometry& g, RopeKe
   }
 
   const int64_t h = g.rotary_dim / 2;
+  a->table_rows = g.table_rows;
   switch (cos_sin.kind) {
     case CosSinKind::kCache: {
       const TensorRef& t = cos_sin.cache;

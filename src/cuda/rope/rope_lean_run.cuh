@@ -9,7 +9,8 @@
 //  - Tokens: block bx owns the tokens bx, bx + G, bx + 2G, ... (G = gridDim.x; interleaved over
 //    the grid, rope_block_tokens.cuh), one per round, in order. The general walk (LeanRunWalkBs)
 //    advances (b, s) without division and addresses from them; the flat walk (Spec::kFlat,
-//    LeanRunWalkFlat) keeps t alone and addresses each operand at t times its token stride.
+//    LeanRunWalkFlat) keeps t alone and addresses each operand at t times its token stride,
+//    and a table row at the position's low 32 bits times the row stride, from the lane's bases.
 //  - Head and pairs: thread row y of head group blockIdx.y owns head hh = blockIdx.y rows + y (q
 //    heads first, then k; rows past Hq + Hk exit at once), lane x its pair vector x (two
 //    V-vectors of channels, and the pairs' c_i, s_i), as in the lean kernel.
@@ -67,29 +68,33 @@ __device__ __forceinline__ LeanRunLane lean_run_lane(const RopeKernelArgs& a, in
 }
 
 /// A lean-run thread's tokens addressed from (b, s), any strides (the general walk): the block's
-/// cursor (rope_block_tokens.cuh), the thread's input and output head, the position and the
-/// cos/sin rows (as Spec fixes them) at each token.
-template <typename T, typename Spec>
+/// cursor (rope_block_tokens.cuh), the lane's first fetched chunk of its input head (fa channels
+/// into it), its output head, the position and its cos/sin rows (as Spec fixes them) at each
+/// token; tables of dtype C.
+template <typename T, typename C, typename Spec>
 struct LeanRunWalkBs {
   using Cursor = TokenCursor;
   const RopeKernelArgs& a;
   const RopeOperand& in;
   const RopeOperand& out;
   int head;
+  int fa;
   TokenStep st;
 
-  __device__ __forceinline__ LeanRunWalkBs(const RopeKernelArgs& args, const LeanRunLane& ln)
+  __device__ __forceinline__ LeanRunWalkBs(const RopeKernelArgs& args, const LeanRunLane& ln,
+                                           int fetch_a)
       : a(args),
         in(ln.is_q ? args.q : args.k),
         out(ln.is_q ? args.q_out : args.k_out),
         head(ln.head),
+        fa(fetch_a),
         st(block_token_step(args)) {}
   __device__ __forceinline__ Cursor first() const { return first_block_token(a); }
   __device__ __forceinline__ bool valid(const Cursor& c) const { return c.valid(a); }
   __device__ __forceinline__ void next(Cursor& c) const { c.next(st, a.seq); }
   __device__ __forceinline__ int64_t t(const Cursor& c) const { return c.t(a); }
-  __device__ __forceinline__ const T* in_head(const Cursor& c) const {
-    return rope_head_ptr<T>(in, c.b, c.s, head);
+  __device__ __forceinline__ const T* in_at(const Cursor& c) const {
+    return rope_head_ptr<T>(in, c.b, c.s, head) + fa;
   }
   __device__ __forceinline__ T* out_head(const Cursor& c) const {
     return const_cast<T*>(rope_head_ptr<T>(out, c.b, c.s, head));
@@ -97,32 +102,58 @@ struct LeanRunWalkBs {
   __device__ __forceinline__ int64_t position(const Cursor& c) const {
     return rope_lean_position<Spec>(a, c.b, c.s);
   }
-  __device__ __forceinline__ void cs_rows(const Cursor& c, int64_t p, int64_t& co,
-                                          int64_t& so) const {
-    rope_lean_cos_sin_rows<Spec>(a, p, c.b, c.s, co, so);
+  /// The lane's c_i and s_i (pairs i0 ..) at token c, its position being p.
+  __device__ __forceinline__ void cs_at(const Cursor& c, int64_t p, int i0, const C*& co,
+                                        const C*& so) const {
+    int64_t cr, sr;
+    rope_lean_cos_sin_rows<Spec>(a, p, c.b, c.s, cr, sr);
+    co = static_cast<const C*>(a.cos) + cr + i0;
+    so = static_cast<const C*>(a.sin) + sr + i0;
   }
 };
 
+/// base + i * stride bytes (i, stride 32-bit; the product 64-bit) as one wide multiply-add: a
+/// flat walk's address, whose base the compiler would otherwise split into parts added per use.
+template <typename P>
+__device__ __forceinline__ P* flat_at(P* base, uint32_t i, uint32_t stride) {
+  uint64_t r;
+  asm("mad.wide.u32 %0, %1, %2, %3;"
+      : "=l"(r)
+      : "r"(i), "r"(stride), "l"(reinterpret_cast<uint64_t>(base)));
+  return reinterpret_cast<P*>(r);
+}
+
 /// A lean-run thread's tokens when every operand's token t sits at t times its token stride
-/// (Spec::kFlat, core::flat_tokens): the cursor is t alone (32 bits, block bx's tokens bx,
-/// bx + G, ...), and each address one wide multiply-add of t by a 32-bit byte stride from the
-/// thread's head base; int64 positions, cos/sin rows by position.
-template <typename T, typename Spec>
+/// and the tables indexed by position are within 32-bit rows and row strides (Spec::kFlat,
+/// rope_flat_tokens): the cursor is t alone (32 bits, block bx's tokens bx, bx + G, ...), and
+/// each address one wide multiply-add of t, or of the position's low 32 bits (a position in
+/// [0, P) as the call requires), by a 32-bit byte stride from the lane's base; int64 positions,
+/// cos/sin rows by position.
+template <typename T, typename C, typename Spec>
 struct LeanRunWalkFlat {
   using Cursor = uint32_t;
   const RopeKernelArgs& a;
-  const unsigned char* in;  ///< the thread's input head of token 0
-  unsigned char* out;       ///< its output head of token 0
-  uint32_t in_ss, out_ss;   ///< token strides in bytes
+  const unsigned char* in;    ///< the lane's first fetched chunk of token 0
+  unsigned char* out;         ///< the thread's output head of token 0
+  const unsigned char* cos;   ///< the lane's c_i (pairs i0 ..) of position 0
+  const unsigned char* sin;   ///< its s_i
+  uint32_t in_ss, out_ss;     ///< token strides in bytes
+  uint32_t cos_row, sin_row;  ///< table row strides in bytes
 
-  __device__ __forceinline__ LeanRunWalkFlat(const RopeKernelArgs& args, const LeanRunLane& ln)
+  __device__ __forceinline__ LeanRunWalkFlat(const RopeKernelArgs& args, const LeanRunLane& ln,
+                                             int fetch_a)
       : a(args) {
     const RopeOperand& i = ln.is_q ? args.q : args.k;
     const RopeOperand& o = ln.is_q ? args.q_out : args.k_out;
-    in = static_cast<const unsigned char*>(i.data) + ln.head * i.sh * int64_t{sizeof(T)};
+    in =
+        static_cast<const unsigned char*>(i.data) + (ln.head * i.sh + fetch_a) * int64_t{sizeof(T)};
     out = static_cast<unsigned char*>(o.data) + ln.head * o.sh * int64_t{sizeof(T)};
     in_ss = static_cast<uint32_t>(i.ss * int64_t{sizeof(T)});
     out_ss = static_cast<uint32_t>(o.ss * int64_t{sizeof(T)});
+    cos = static_cast<const unsigned char*>(args.cos) + ln.i0 * int64_t{sizeof(C)};
+    sin = static_cast<const unsigned char*>(args.sin) + ln.i0 * int64_t{sizeof(C)};
+    cos_row = static_cast<uint32_t>(args.cos_row * int64_t{sizeof(C)});
+    sin_row = static_cast<uint32_t>(args.sin_row * int64_t{sizeof(C)});
   }
   __device__ __forceinline__ Cursor first() const { return blockIdx.x; }
   __device__ __forceinline__ bool valid(Cursor t) const {
@@ -130,27 +161,28 @@ struct LeanRunWalkFlat {
   }
   __device__ __forceinline__ void next(Cursor& t) const { t += gridDim.x; }
   __device__ __forceinline__ int64_t t(Cursor t) const { return t; }
-  __device__ __forceinline__ const T* in_head(Cursor t) const {
-    return reinterpret_cast<const T*>(in + static_cast<uint64_t>(t) * in_ss);
+  __device__ __forceinline__ const T* in_at(Cursor t) const {
+    return reinterpret_cast<const T*>(flat_at(in, t, in_ss));
   }
   __device__ __forceinline__ T* out_head(Cursor t) const {
-    return reinterpret_cast<T*>(out + static_cast<uint64_t>(t) * out_ss);
+    return reinterpret_cast<T*>(flat_at(out, t, out_ss));
   }
   __device__ __forceinline__ int64_t position(Cursor t) const {
     const auto stride = static_cast<uint32_t>(a.pos_ss * int64_t{sizeof(int64_t)});
     return *reinterpret_cast<const int64_t*>(static_cast<const unsigned char*>(a.pos) +
                                              static_cast<uint64_t>(t) * stride);
   }
-  __device__ __forceinline__ void cs_rows(Cursor, int64_t p, int64_t& co, int64_t& so) const {
-    co = p * a.cos_row;
-    so = p * a.sin_row;
+  __device__ __forceinline__ void cs_at(Cursor, int64_t p, int, const C*& co, const C*& so) const {
+    const auto row = static_cast<uint32_t>(p);
+    co = reinterpret_cast<const C*>(flat_at(cos, row, cos_row));
+    so = reinterpret_cast<const C*>(flat_at(sin, row, sin_row));
   }
 };
 
 /// The walk a lean run of Spec takes.
-template <typename T, typename Spec>
+template <typename T, typename C, typename Spec>
 using LeanRunWalk =
-    std::conditional_t<Spec::kFlat, LeanRunWalkFlat<T, Spec>, LeanRunWalkBs<T, Spec>>;
+    std::conditional_t<Spec::kFlat, LeanRunWalkFlat<T, C, Spec>, LeanRunWalkBs<T, C, Spec>>;
 
 /// The ring of a lean-run thread: its two V-vectors of T, then the cos and sin V-vectors of C,
 /// per stage; S stages (the library's kernels take core::kRopeLeanRunStages, the depth the
@@ -255,20 +287,20 @@ __device__ __forceinline__ void rope_lean_run(const RopeKernelArgs& a, uint4* ri
   const int lane = static_cast<int>(threadIdx.y * blockDim.x + threadIdx.x) & 31;
   const unsigned mask =
       blockDim.x >= 32 ? 0xffffffffu : ((1u << blockDim.x) - 1u) << (lane & ~(blockDim.x - 1));
-  const LeanRunWalk<T, Spec> w(a, ln);
+  const int fa = Io::fetch_a(ln), fb = Io::fetch_b(ln);
+  const LeanRunWalk<T, C, Spec> w(a, ln, fa);
   // Token cursors: the one computed (round j), the one fetched (round j + S - 1).
   auto cur = w.first();
   if (!w.valid(cur)) return;
   auto fet = cur;
-  const int fa = Io::fetch_a(ln), fb = Io::fetch_b(ln);
   auto fetch = [&](int stage, int64_t p) {
-    const T* x = w.in_head(fet);
-    rg.template fetch<kVecBytes, kDataViaL1>(stage, 0, x + fa);
-    rg.template fetch<kVecBytes, kDataViaL1>(stage, R::kVecChunks, x + fb);
-    int64_t co, so;
-    w.cs_rows(fet, p, co, so);
-    rg.template fetch<kCsBytes, true>(stage, kCos, static_cast<const C*>(a.cos) + co + ln.i0);
-    rg.template fetch<kCsBytes, true>(stage, kSin, static_cast<const C*>(a.sin) + so + ln.i0);
+    const T* x = w.in_at(fet);  // channel fa of the head
+    rg.template fetch<kVecBytes, kDataViaL1>(stage, 0, x);
+    rg.template fetch<kVecBytes, kDataViaL1>(stage, R::kVecChunks, x + (fb - fa));
+    const C *co, *so;
+    w.cs_at(fet, p, ln.i0, co, so);
+    rg.template fetch<kCsBytes, true>(stage, kCos, co);
+    rg.template fetch<kCsBytes, true>(stage, kSin, so);
   };
 #pragma unroll
   for (int k = 0; k < S - 1; ++k) {
