@@ -376,11 +376,20 @@ TEST(CpuRopePlan, FlatTokens) {
   EXPECT_TRUE(flat_tokens(3, 7, ops, 0));  // no operand: only T bounds it
 }
 
-// The flat walk also addresses a table row from the low 32 bits of its position: the launcher's
-// test (rope_flat_tokens) takes the tables indexed by position as operands of P rows, so the
-// 32-bit bounds hold for their row count and row strides in bytes too; computed cos/sin and
-// per-token tables have no rows by position and are not bounded.
+// The flat walk also addresses a table row from the low 32 bits of its position: the tables
+// indexed by position are taken as operands of P rows, so the 32-bit bounds hold for their row
+// count and row strides in bytes too (rope_tables_flat, which the launcher records in the
+// argument block), and rope_flat_tokens asks it only of those sources.
 TEST(CpuRopePlan, FlatTokensTables) {
+  EXPECT_TRUE(cuda::rope_tables_flat(65536, 128, 128, DType::kFloat32));
+  EXPECT_TRUE(cuda::rope_tables_flat(kFlatMaxTokens, 128, 128, DType::kFloat32));
+  EXPECT_FALSE(cuda::rope_tables_flat(kFlatMaxTokens + 1, 128, 128, DType::kFloat32));
+  EXPECT_TRUE(cuda::rope_tables_flat(4096, 128, kFlatMaxStrideBytes / 4, DType::kFloat32));
+  EXPECT_FALSE(cuda::rope_tables_flat(4096, 128, kFlatMaxStrideBytes / 4 + 1, DType::kFloat32));
+  EXPECT_FALSE(cuda::rope_tables_flat(4096, kFlatMaxStrideBytes / 2 + 1, 0, DType::kBFloat16));
+  EXPECT_TRUE(cuda::rope_tables_flat(4096, kFlatMaxStrideBytes / 4 + 1, 0, DType::kBFloat16));
+  EXPECT_TRUE(cuda::rope_tables_flat(0, 0, 0, DType::kFloat32));  // no tables
+
   cuda::RopeKernelArgs a{};
   a.q = {const_cast<void*>(at(0)), 65536 * 6144, 6144, 128};
   a.q_out = a.q;
@@ -390,28 +399,18 @@ TEST(CpuRopePlan, FlatTokensTables) {
   a.pos = at(0);
   a.pos_i64 = true;
   a.pos_ss = 1;
-  a.source = cuda::RopeSource::kCache;
-  a.cs_dtype = DType::kFloat32;
-  a.cos = a.sin = at(0);
-  a.cos_row = a.sin_row = 128;
-  a.table_rows = 65536;
-  EXPECT_TRUE(cuda::rope_flat_tokens(a, 2));
-  a.table_rows = kFlatMaxTokens;
-  EXPECT_TRUE(cuda::rope_flat_tokens(a, 2));
-  a.table_rows = kFlatMaxTokens + 1;
-  EXPECT_FALSE(cuda::rope_flat_tokens(a, 2));
-  a.table_rows = 65536;
-  a.source = cuda::RopeSource::kTable;
-  a.sin_row = kFlatMaxStrideBytes / 4;
-  EXPECT_TRUE(cuda::rope_flat_tokens(a, 2));
-  a.sin_row = kFlatMaxStrideBytes / 4 + 1;
-  EXPECT_FALSE(cuda::rope_flat_tokens(a, 2));
-  a.cs_dtype = DType::kBFloat16;  // the same row stride in elements, half the bytes
-  EXPECT_TRUE(cuda::rope_flat_tokens(a, 2));
-  a.source = cuda::RopeSource::kInvFreq;
-  a.cs_dtype = DType::kFloat32;
-  a.table_rows = 0;
-  EXPECT_TRUE(cuda::rope_flat_tokens(a, 2));
+  a.tables_flat = true;
+  for (cuda::RopeSource src : {cuda::RopeSource::kCache, cuda::RopeSource::kTable}) {
+    a.source = src;
+    a.tables_flat = true;
+    EXPECT_TRUE(cuda::rope_flat_tokens(a, 2));
+    a.tables_flat = false;
+    EXPECT_FALSE(cuda::rope_flat_tokens(a, 2));
+  }
+  for (cuda::RopeSource src : {cuda::RopeSource::kGathered, cuda::RopeSource::kInvFreq}) {
+    a.source = src;
+    EXPECT_TRUE(cuda::rope_flat_tokens(a, 2));  // no rows by position
+  }
   a.q.ss = kFlatMaxStrideBytes / 2 + 1;  // and the token strides still bound it
   EXPECT_FALSE(cuda::rope_flat_tokens(a, 2));
 }

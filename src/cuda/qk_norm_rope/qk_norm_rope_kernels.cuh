@@ -393,18 +393,19 @@ __device__ __forceinline__ void qk_head_factors(const QkNormRopeArgs& args, int 
 
 /// One thread's part of a head of one token in the pair and lean kernels: rms over the head's D
 /// channels (kD, or the argument block's D when kD is 0; butterfly over the g lanes in mask),
-/// scaling by the factors w + o that factors(f0, f1) yields (qk_head_factors; called after the
-/// butterfly: the pair kernel loads them there, the lean kernels hand over ones they formed
-/// with the data or once per run), rotation, store at y = out() (the head's output,
-/// asked for after the rotation: the pair kernel's register allocation depends on that order);
-/// lane 0 hands r to store_r(r) (qk_store_rstd's slot).
-template <typename T, int V, bool kGptj, int kD = 0, typename OutFn, typename StoreRFn,
-          typename FactorsFn>
+/// (w + o) scaling with the weights weights(w0, w1)
+/// yields (called after the butterfly: the pair kernel loads them there, the lean kernel
+/// hands over ones it loaded with the data; kFactors: they are the factors w + o already, which
+/// the lean run forms once per run (qk_head_factors)), rotation, store at y = out() (the head's
+/// output, asked for after the rotation: the pair kernel's register allocation depends on that
+/// order); lane 0 hands r to store_r(r) (qk_store_rstd's slot).
+template <typename T, int V, bool kGptj, int kD = 0, bool kFactors = false, typename OutFn,
+          typename StoreRFn, typename WeightsFn>
 __device__ __forceinline__ void qk_pair_head(const QkNormRopeArgs& args, OutFn&& out,
                                              StoreRFn&& store_r, int oa, int ob,
                                              const RopeHeadRegs<T, V>& regs, const float (&c)[V],
                                              const float (&sn)[V], unsigned mask, int g,
-                                             FactorsFn&& factors) {
+                                             WeightsFn&& weights) {
   float x0[V], x1[V];
   widen<T, V>(regs.x0, x0);
   widen<T, V>(regs.x1, x1);
@@ -415,12 +416,12 @@ __device__ __forceinline__ void qk_pair_head(const QkNormRopeArgs& args, OutFn&&
   for (int i = 0; i < V; ++i) ss = __fmaf_rn(x1[i], x1[i], ss);
   ss = lane_group_sum(ss, mask, g);
   const float r = rms_rstd(ss, kD != 0 ? kD : args.rope.head_dim, args.eps);
-  float f0[V], f1[V];
-  factors(f0, f1);
+  float w0[V], w1[V];
+  weights(w0, w1);
 #pragma unroll
   for (int i = 0; i < V; ++i) {
-    x0[i] = rms_apply_exact(x0[i], r, f0[i]);
-    x1[i] = rms_apply_exact(x1[i], r, f1[i]);
+    x0[i] = rms_apply_exact(x0[i], r, kFactors ? w0[i] : w0[i] + args.weight_offset);
+    x1[i] = rms_apply_exact(x1[i], r, kFactors ? w1[i] : w1[i] + args.weight_offset);
   }
   rope_rotate_regs<V, kGptj>(x0, x1, c, sn);
   T* y = out();
@@ -444,7 +445,7 @@ __device__ __forceinline__ void qk_pair_token(const QkNormRopeArgs& args, int64_
         qk_pair_head<T, V, kGptj>(
             args, [&] { return rope_out_head<T>(a, tp, hh); },
             [&](float r) { qk_store_rstd(args, t, hh, r); }, oa, ob, regs, c, sn, mask, blockDim.x,
-            [&](float(&f0)[V], float(&f1)[V]) { qk_head_factors<V>(args, hh, oa, ob, f0, f1); });
+            [&](float(&f0)[V], float(&f1)[V]) { qk_head_weights<V>(args, hh, oa, ob, f0, f1); });
       });
 }
 

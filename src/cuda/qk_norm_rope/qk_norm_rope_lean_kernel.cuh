@@ -59,26 +59,25 @@ template <LeanPositions kPos>
 using LeanDecode = LeanSpec<8, kPos, true, true, core::kQkLeanDecodeThreads>;
 
 /// Thread (x, y) of lean block (s, b), after the wait: loads its head's two vectors, the
-/// position, its c_i, s_i and weight factors w + o (rope_lean_load, qk_head_factors), then
-/// normalises, rotates and stores them (qk_pair_head: butterfly over the g lanes in mask, lane 0
-/// storing r).
+/// position, its c_i, s_i and weights (rope_lean_load, qk_head_weights), then normalises,
+/// rotates and stores them (qk_pair_head: butterfly over the g lanes in mask, lane 0 storing r).
 template <typename T, typename C, bool kGptj, typename Spec>
 __device__ __forceinline__ void qk_norm_rope_lean_thread(const QkNormRopeArgs& args, int g,
                                                          unsigned mask) {
   constexpr int V = core::kRopeLeanVec;
   RopeLeanItem<T> it;
   rope_lean_load<T, C, kGptj, Spec>(args.rope, it);
-  float h0[V], h1[V];  // the head's factors w + o
-  qk_head_factors<V, std::conditional_t<Spec::kWeightsAsData, T, void>>(args, it.hh, it.oa, it.ob,
-                                                                        h0, h1);
+  float w0[V], w1[V];
+  qk_head_weights<V, std::conditional_t<Spec::kWeightsAsData, T, void>>(args, it.hh, it.oa, it.ob,
+                                                                        w0, w1);
   qk_pair_head<T, V, kGptj, 2 * Spec::kLanes * V>(
       args, [&] { return it.y; }, [&](float r) { qk_store_rstd(args, it.t, it.hh, r); }, it.oa,
       it.ob, it.regs, it.c, it.sn, mask, g,
       [&](float(&f0)[V], float(&f1)[V]) {
 #pragma unroll
         for (int i = 0; i < V; ++i) {
-          f0[i] = h0[i];
-          f1[i] = h1[i];
+          f0[i] = w0[i];
+          f1[i] = w1[i];
         }
       });
 }
@@ -126,14 +125,14 @@ __global__ void __launch_bounds__(core::kQkLeanRunThreads, core::kQkLeanRunMinBl
   // (fewer live registers).
   const QkRstdSlot rs = Spec::kFlat ? qk_rstd_slot(args, ln.hh) : QkRstdSlot{nullptr, 0};
   griddep_wait();
-  float h0[V], h1[V];  // the head's factors w + o
-  qk_head_factors<V, std::conditional_t<Spec::kWeightsAsData, T, void>>(args, ln.hh, oa, ob, h0,
-                                                                        h1);
+  float w0[V], w1[V];  // the factors w + o, formed once
+  qk_head_factors<V, std::conditional_t<Spec::kWeightsAsData, T, void>>(args, ln.hh, oa, ob, w0,
+                                                                        w1);
   rope_lean_run<T, C, Spec, kDataViaL1, false, kStages>(
       a, qk_lean_run_ring, ln,
       [&](int64_t t, const auto& y, const RopeHeadRegs<T, V>& regs, const float(&c)[V],
           const float(&sn)[V], const auto&) {
-        qk_pair_head<T, V, kGptj, kD>(
+        qk_pair_head<T, V, kGptj, kD, true>(
             args, y,
             [&](float r) {
               if constexpr (Spec::kFlat) {
@@ -146,8 +145,8 @@ __global__ void __launch_bounds__(core::kQkLeanRunThreads, core::kQkLeanRunMinBl
             [&](float(&f0)[V], float(&f1)[V]) {
 #pragma unroll
               for (int i = 0; i < V; ++i) {
-                f0[i] = h0[i];
-                f1[i] = h1[i];
+                f0[i] = w0[i];
+                f1[i] = w1[i];
               }
             });
       });

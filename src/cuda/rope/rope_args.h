@@ -48,8 +48,8 @@ struct RopeKernelArgs {
   const void* cos;
   const void* sin;
   DType cs_dtype;
+  bool tables_flat;  // rows by position within the flat walk's 32-bit bounds (rope_tables_flat)
   int64_t cos_row, sin_row;
-  int64_t table_rows;  // P: rows of the tables indexed by position (kCache, kTable), else 0
   int64_t cos_sb, cos_ss, sin_sb, sin_ss;
   const float* inv_freq;  // kInvFreq
   float scaling;          // kInvFreq: multiplies c and s
@@ -61,22 +61,27 @@ inline bool rope_rows_by_position(const RopeKernelArgs& a) {
   return a.source == RopeSource::kCache || a.source == RopeSource::kTable;
 }
 
+/// Tables of P rows indexed by position (row strides cos_row and sin_row elements of cs_dtype)
+/// are within the flat walk's 32-bit bounds: at most core::kFlatMaxTokens rows (so a position in
+/// [0, P) fits in 32 bits) of at most core::kFlatMaxStrideBytes.
+inline bool rope_tables_flat(int64_t table_rows, int64_t cos_row, int64_t sin_row, DType cs_dtype) {
+  const auto cs = static_cast<int64_t>(dtype_size(cs_dtype));
+  const core::TokenStrides rows[2] = {{0, cos_row, cs}, {0, sin_row, cs}};
+  return core::flat_tokens(1, table_rows, rows, 2);
+}
+
 /// Token t of q, k, their outputs and the explicit positions sits at t times the operand's
 /// token stride (core::flat_tokens; elem_size: the q/k dtype's size), and tables indexed by
-/// position have at most core::kFlatMaxTokens rows of at most core::kFlatMaxStrideBytes: the
-/// lean runs' flat walk applies (it addresses a table row from the position's low 32 bits).
+/// position are within 32-bit rows and row strides (tables_flat): the lean runs' flat walk
+/// applies (it addresses a table row from the position's low 32 bits).
 inline bool rope_flat_tokens(const RopeKernelArgs& a, int64_t elem_size) {
+  if (rope_rows_by_position(a) && !a.tables_flat) return false;
   core::TokenStrides ops[5];
   int n = 0;
   for (const RopeOperand* o : {&a.q, &a.q_out, &a.k, &a.k_out}) {
     if (o->data != nullptr) ops[n++] = core::TokenStrides{o->sb, o->ss, elem_size};
   }
   if (a.pos != nullptr) ops[n++] = core::TokenStrides{a.pos_sb, a.pos_ss, a.pos_i64 ? 8 : 4};
-  if (rope_rows_by_position(a)) {
-    const int64_t cs = static_cast<int64_t>(dtype_size(a.cs_dtype));
-    const core::TokenStrides rows[2] = {{0, a.cos_row, cs}, {0, a.sin_row, cs}};
-    if (!core::flat_tokens(1, a.table_rows, rows, 2)) return false;
-  }
   return core::flat_tokens(a.batch, a.seq, ops, n);
 }
 

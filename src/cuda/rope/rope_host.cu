@@ -148,7 +148,6 @@ void fill_rope_args(const core::RopeCall& c, const core::RopeGeometry& g, RopeKe
   }
 
   const int64_t h = g.rotary_dim / 2;
-  a->table_rows = g.table_rows;
   switch (cos_sin.kind) {
     case CosSinKind::kCache: {
       const TensorRef& t = cos_sin.cache;
@@ -190,6 +189,7 @@ void fill_rope_args(const core::RopeCall& c, const core::RopeGeometry& g, RopeKe
       a->scaling = cos_sin.attention_scaling;
       break;
   }
+  a->tables_flat = rope_tables_flat(g.table_rows, a->cos_row, a->sin_row, a->cs_dtype);
 }
 
 int rope_access_width(const core::RopeCall& c, const core::RopeGeometry& g,
