@@ -127,7 +127,7 @@ QkLeanInstance qk_lean_instance(const QkLeanInstanceFacts& f);
 enum class QkLeanRunInstance {
   kLanes,         ///< 8 or 16 lanes per head; positions and the cos/sin source at run time
   kLanesRowsI64,  ///< also int64 explicit positions and cos/sin rows by position fixed
-  kFlatI64,       ///< also flat tokens (core::flat_tokens) and full warps (lean_run_full_warps)
+  kFlatI64,       ///< also flat tokens (rope_flat_tokens) and full warps (lean_run_full_warps)
 };
 
 /// kFlatI64 for cos/sin rows by position (a cache or a [P, R] table) with int64 explicit

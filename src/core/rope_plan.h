@@ -238,7 +238,7 @@ bool lean_run_full_warps(const RopePlan& p, int64_t heads);
 /// Instances of the RoPE lean-run kernel (cuda/rope/rope_lean_spec.h); both give the same bits.
 enum class RopeLeanRunInstance {
   kRows,         ///< cos/sin rows by position; positions at run time
-  kRowsFlatI64,  ///< also int64 explicit positions and flat tokens (flat_tokens)
+  kRowsFlatI64,  ///< also int64 explicit positions and flat tokens (rope_flat_tokens)
 };
 
 /// kRowsFlatI64 for int64 explicit positions (explicit_position_bits 64) and flat tokens, else

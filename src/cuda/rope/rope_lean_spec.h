@@ -18,8 +18,9 @@ enum class LeanPositions : int { kAny = 0, kInt64 = 1, kInt32 = 2 };
 /// kPos: the positions; kRows: cos/sin rows at p * row (a cache or a [P, R] table; false: any
 /// table source); kWeightsAsData: both norm weights in q/k's dtype (QK-norm + RoPE only);
 /// kMaxThreads: the launch bound (threads per block at most; it sets the register budget).
-/// Lean runs only: kFlat: every operand's token t at t times its token stride (core::flat_tokens:
-/// 32-bit token index and byte strides; needs int64 positions and cos/sin rows); kFullWarps:
+/// Lean runs only: kFlat: every operand's token t at t times its token stride and the tables
+/// within 32-bit rows (rope_flat_tokens, core::flat_tokens: 32-bit token index, table rows and
+/// byte strides; needs int64 positions and cos/sin rows); kFullWarps:
 /// every warp of the block full and no thread row exiting (core::lean_run_full_warps).
 template <int kLanes_, LeanPositions kPos_, bool kRows_, bool kWeightsAsData_,
           int kMaxThreads_ = core::kRopeLeanMaxThreads, bool kFlat_ = false,
