@@ -69,8 +69,8 @@ __device__ __forceinline__ LeanRunLane lean_run_lane(const RopeKernelArgs& a, in
 
 /// A lean-run thread's tokens addressed from (b, s), any strides (the general walk): the block's
 /// cursor (rope_block_tokens.cuh), the lane's first fetched chunk of its input head (fa channels
-/// into it), its output head, the position and its cos/sin rows (as Spec fixes them) at each
-/// token; tables of dtype C.
+/// into it), its output head, the position and its c_i, s_i (pairs i0 .., the rows as Spec fixes
+/// them) at each token; tables of dtype C.
 template <typename T, typename C, typename Spec>
 struct LeanRunWalkBs {
   using Cursor = TokenCursor;
@@ -78,7 +78,7 @@ struct LeanRunWalkBs {
   const RopeOperand& in;
   const RopeOperand& out;
   int head;
-  int fa;
+  int fa, i0;
   TokenStep st;
 
   __device__ __forceinline__ LeanRunWalkBs(const RopeKernelArgs& args, const LeanRunLane& ln,
@@ -88,6 +88,7 @@ struct LeanRunWalkBs {
         out(ln.is_q ? args.q_out : args.k_out),
         head(ln.head),
         fa(fetch_a),
+        i0(ln.i0),
         st(block_token_step(args)) {}
   __device__ __forceinline__ Cursor first() const { return first_block_token(a); }
   __device__ __forceinline__ bool valid(const Cursor& c) const { return c.valid(a); }
@@ -102,8 +103,8 @@ struct LeanRunWalkBs {
   __device__ __forceinline__ int64_t position(const Cursor& c) const {
     return rope_lean_position<Spec>(a, c.b, c.s);
   }
-  /// The lane's c_i and s_i (pairs i0 ..) at token c, its position being p.
-  __device__ __forceinline__ void cs_at(const Cursor& c, int64_t p, int i0, const C*& co,
+  /// The lane's c_i and s_i at token c, its position being p.
+  __device__ __forceinline__ void cs_at(const Cursor& c, int64_t p, const C*& co,
                                         const C*& so) const {
     int64_t cr, sr;
     rope_lean_cos_sin_rows<Spec>(a, p, c.b, c.s, cr, sr);
@@ -172,7 +173,7 @@ struct LeanRunWalkFlat {
     return *reinterpret_cast<const int64_t*>(static_cast<const unsigned char*>(a.pos) +
                                              static_cast<uint64_t>(t) * stride);
   }
-  __device__ __forceinline__ void cs_at(Cursor, int64_t p, int, const C*& co, const C*& so) const {
+  __device__ __forceinline__ void cs_at(Cursor, int64_t p, const C*& co, const C*& so) const {
     const auto row = static_cast<uint32_t>(p);
     co = reinterpret_cast<const C*>(flat_at(cos, row, cos_row));
     so = reinterpret_cast<const C*>(flat_at(sin, row, sin_row));
@@ -298,7 +299,7 @@ __device__ __forceinline__ void rope_lean_run(const RopeKernelArgs& a, uint4* ri
     rg.template fetch<kVecBytes, kDataViaL1>(stage, 0, x);
     rg.template fetch<kVecBytes, kDataViaL1>(stage, R::kVecChunks, x + (fb - fa));
     const C *co, *so;
-    w.cs_at(fet, p, ln.i0, co, so);
+    w.cs_at(fet, p, co, so);
     rg.template fetch<kCsBytes, true>(stage, kCos, co);
     rg.template fetch<kCsBytes, true>(stage, kSin, so);
   };
