@@ -140,11 +140,17 @@ int64_t rope_lean_max_tokens(const RopeLeanFacts& f);
 /// against 410.7 for the same kernel loading into registers).
 constexpr int kRopeLeanRunStages = 2;
 
-/// Dynamic shared memory of a lean-run block of `threads` threads: kRopeLeanRunStages stages of
-/// each thread's two kRopeLeanVec-vectors of q/k (elem_size bytes each) and of its cos and sin
-/// vectors (cs_elem_size bytes each).
+/// Threads whose ring slots the lean run lays out together (cuda/common/thread_ring.cuh): a
+/// block's ring holds whole groups of them.
+constexpr int64_t kRopeLeanRunRingGroup = 8;
+
+/// Dynamic shared memory of a lean-run block of `threads` threads (rounded up to whole groups of
+/// kRopeLeanRunRingGroup): kRopeLeanRunStages stages of each thread's two kRopeLeanVec-vectors of
+/// q/k (elem_size bytes each) and of its cos and sin vectors (cs_elem_size bytes each).
 constexpr int64_t rope_lean_run_ring_bytes(int elem_size, int cs_elem_size, int64_t threads) {
-  return int64_t{kRopeLeanRunStages} * threads * 2 * kRopeLeanVec * (elem_size + cs_elem_size);
+  const int64_t slots =
+      (threads + kRopeLeanRunRingGroup - 1) / kRopeLeanRunRingGroup * kRopeLeanRunRingGroup;
+  return int64_t{kRopeLeanRunStages} * slots * 2 * kRopeLeanVec * (elem_size + cs_elem_size);
 }
 
 /// Threads a split lean block aims at: (kRopeLeanSplitThreads / lanes) rows of lanes, at most 3

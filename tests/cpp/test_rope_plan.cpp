@@ -456,6 +456,13 @@ TEST(CpuRopePlan, LeanRunLaunchShape) {
   EXPECT_EQ(p.grid, 100);
   f.tokens = 65536;
   EXPECT_EQ(plan_rope_lean_run(f, 320, 2, 132, 4096).grid, 6 * 132);
+  // Blocks of threads not a multiple of 8 (D 32: 2 lanes, 5 heads, 10 threads): the ring holds
+  // whole groups of kRopeLeanRunRingGroup threads' slots.
+  f = lean_facts(65536, 5, 16, 32);
+  p = plan_rope_lean_run(f, 320, 2, 132, 4096);
+  EXPECT_EQ(p.bx * p.by, 10);
+  EXPECT_EQ(kRopeLeanRunRingGroup, 8);
+  EXPECT_EQ(p.smem_bytes, 2 * 16 * (2 * 16 + 2 * 32));
 }
 
 // The launcher's choice: lean run, then the lean kernel, then the general kernel; none of the

@@ -1,9 +1,11 @@
 // A thread's private ring of cp.async stages in dynamic shared memory, for kernels that loop over
 // items and fetch the next ones while they compute the current one.
 //
-// Ownership: kStages stages of kChunks 16-byte slots per thread, laid out [stage][chunk][thread]
-// (the threads of a warp touch consecutive slots of a chunk: no bank conflicts). Thread tid copies
-// into and writes only its own slots [*][*][tid]; it reads its own slots after its own cp.async
+// Ownership: kStages stages of kChunks 16-byte slots per thread, laid out
+// [thread / 8][stage][chunk][thread % 8]: the 8 threads of a 16-byte access's phase touch 128
+// consecutive bytes of a chunk (no bank conflicts), and a thread's slots sit at fixed offsets
+// from its first one (each address one add of an immediate, whatever the block's size). Thread
+// tid copies into and writes only its own slots; it reads its own slots after its own cp.async
 // wait, and a slot of another thread of its warp (read_raw_at) only after a warp barrier that
 // follows that thread's wait or write. No block barrier is ever needed.
 #pragma once
@@ -18,20 +20,32 @@ namespace ropenorm::cuda {
 
 template <int kStages, int kChunks>
 struct ThreadRing {
-  uint4* base;  ///< the block's ring: kStages * kChunks * threads slots
-  int tid;      ///< this thread's slot column
-  int threads;  ///< threads of the block
+  /// Threads whose slots of a chunk lie side by side: one phase of a 16-byte shared access.
+  static constexpr int kGroup = 8;
+  /// Slots of a group of kGroup threads: every stage and chunk of each.
+  static constexpr int kGroupSlots = kStages * kChunks * kGroup;
 
-  /// Dynamic shared memory the ring of a block of `threads` threads takes.
+  uint4* base;  ///< the block's ring: kGroupSlots slots per group of kGroup threads
+  uint4* mine;  ///< this thread's slot (0, 0)
+
+  /// The ring at `ring` (bytes(threads) of dynamic shared memory), seen by thread tid.
+  __device__ __forceinline__ ThreadRing(uint4* ring, int tid)
+      : base(ring), mine(ring + first(tid)) {}
+
+  /// Dynamic shared memory the ring of a block of `threads` threads takes (whole groups).
   static constexpr size_t bytes(int threads) {
-    return size_t{kStages} * kChunks * static_cast<size_t>(threads) * 16;
+    return (static_cast<size_t>(threads) + kGroup - 1) / kGroup * kGroupSlots * 16;
   }
 
+  /// Slot (0, 0) of thread `column`, in slots from the ring's start.
+  __device__ __forceinline__ static int first(int column) {
+    return column / kGroup * kGroupSlots + column % kGroup;
+  }
   __device__ __forceinline__ uint4* slot(int stage, int chunk, int column) const {
-    return base + (stage * kChunks + chunk) * threads + column;
+    return base + first(column) + (stage * kChunks + chunk) * kGroup;
   }
   __device__ __forceinline__ uint4* slot(int stage, int chunk) const {
-    return slot(stage, chunk, tid);
+    return mine + (stage * kChunks + chunk) * kGroup;
   }
 
   /// Starts copying kBytes (a multiple of 16; src 16-byte aligned) into chunks chunk,

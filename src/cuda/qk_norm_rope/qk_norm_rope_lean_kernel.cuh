@@ -141,7 +141,7 @@ __global__ void __launch_bounds__(core::kQkLeanRunThreads, core::kQkLeanRunMinBl
                 qk_store_rstd(args, t, ln.hh, r);
               }
             },
-            oa, ob, regs, c, sn, mask, g,
+            0, ob - oa, regs, c, sn, mask, g,  // y() points at channel oa
             [&](float(&f0)[V], float(&f1)[V]) {
 #pragma unroll
               for (int i = 0; i < V; ++i) {

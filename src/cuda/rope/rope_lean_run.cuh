@@ -14,13 +14,13 @@
 //  - Head and pairs: thread row y of head group blockIdx.y owns head hh = blockIdx.y rows + y (q
 //    heads first, then k; rows past Hq + Hk exit at once), lane x its pair vector x (two
 //    V-vectors of channels, and the pairs' c_i, s_i), as in the lean kernel.
-//  - Ring (ThreadRing, [stage][chunk][thread]): in round j a thread starts the cp.async of its
-//    token j + S - 1's two vectors (through L1 only for QK-norm + RoPE gptj, L2 only otherwise)
-//    and cos/sin chunks (through L1: every head row of the block reads the same rows), then
-//    waits for its own copy of token j. Directly (neox; QK-norm + RoPE gptj, its data through
-//    L1) it reads and writes nothing but its own slots, so no barrier is needed. In the row
-//    swizzle (RoPE gptj, LeanRunIo) lane x fetches the head's chunks x and x + L instead of its
-//    own 2x and 2x + 1, and the row's lanes trade chunks through their slots of the round's
+//  - Ring (ThreadRing, [thread / 8][stage][chunk][thread % 8]): in round j a thread starts the
+//    cp.async of its token j + S - 1's two vectors (through L1 only for QK-norm + RoPE gptj, L2
+//    only otherwise) and cos/sin chunks (through L1: every head row of the block reads the same
+//    rows), then waits for its own copy of token j. Directly (neox; QK-norm + RoPE gptj, its data
+//    through L1) it reads and writes nothing but its own slots, so no barrier is needed. In the
+//    row swizzle (RoPE gptj, LeanRunIo) lane x fetches the head's chunks x and x + L instead of
+//    its own 2x and 2x + 1, and the row's lanes trade chunks through their slots of the round's
 //    stage under warp barriers over the row (before the trade, before its results go back into
 //    the slots, after they are there, and before the next round refills a stage). The position
 //    of token j + S - 1 was loaded in the previous round, so no round waits for a position
@@ -68,9 +68,9 @@ __device__ __forceinline__ LeanRunLane lean_run_lane(const RopeKernelArgs& a, in
 }
 
 /// A lean-run thread's tokens addressed from (b, s), any strides (the general walk): the block's
-/// cursor (rope_block_tokens.cuh), the lane's first fetched chunk of its input head (fa channels
-/// into it), its output head, the position and its c_i, s_i (pairs i0 .., the rows as Spec fixes
-/// them) at each token; tables of dtype C.
+/// cursor (rope_block_tokens.cuh), the lane's first fetched chunk of its input head and first
+/// stored chunk of its output head (both fa channels into the head), the position and its c_i,
+/// s_i (pairs i0 .., the rows as Spec fixes them) at each token; tables of dtype C.
 template <typename T, typename C, typename Spec>
 struct LeanRunWalkBs {
   using Cursor = TokenCursor;
@@ -97,8 +97,8 @@ struct LeanRunWalkBs {
   __device__ __forceinline__ const T* in_at(const Cursor& c) const {
     return rope_head_ptr<T>(in, c.b, c.s, head) + fa;
   }
-  __device__ __forceinline__ T* out_head(const Cursor& c) const {
-    return const_cast<T*>(rope_head_ptr<T>(out, c.b, c.s, head));
+  __device__ __forceinline__ T* out_at(const Cursor& c) const {
+    return const_cast<T*>(rope_head_ptr<T>(out, c.b, c.s, head)) + fa;
   }
   __device__ __forceinline__ int64_t position(const Cursor& c) const {
     return rope_lean_position<Spec>(a, c.b, c.s);
@@ -135,7 +135,7 @@ struct LeanRunWalkFlat {
   using Cursor = uint32_t;
   const RopeKernelArgs& a;
   const unsigned char* in;    ///< the lane's first fetched chunk of token 0
-  unsigned char* out;         ///< the thread's output head of token 0
+  unsigned char* out;         ///< the lane's first stored chunk of token 0 (channel fa too)
   const unsigned char* cos;   ///< the lane's c_i (pairs i0 ..) of position 0
   const unsigned char* sin;   ///< its s_i
   uint32_t in_ss, out_ss;     ///< token strides in bytes
@@ -148,7 +148,7 @@ struct LeanRunWalkFlat {
     const RopeOperand& o = ln.is_q ? args.q_out : args.k_out;
     in =
         static_cast<const unsigned char*>(i.data) + (ln.head * i.sh + fetch_a) * int64_t{sizeof(T)};
-    out = static_cast<unsigned char*>(o.data) + ln.head * o.sh * int64_t{sizeof(T)};
+    out = static_cast<unsigned char*>(o.data) + (ln.head * o.sh + fetch_a) * int64_t{sizeof(T)};
     in_ss = static_cast<uint32_t>(i.ss * int64_t{sizeof(T)});
     out_ss = static_cast<uint32_t>(o.ss * int64_t{sizeof(T)});
     cos = static_cast<const unsigned char*>(args.cos) + ln.i0 * int64_t{sizeof(C)};
@@ -165,7 +165,7 @@ struct LeanRunWalkFlat {
   __device__ __forceinline__ const T* in_at(Cursor t) const {
     return reinterpret_cast<const T*>(flat_at(in, t, in_ss));
   }
-  __device__ __forceinline__ T* out_head(Cursor t) const {
+  __device__ __forceinline__ T* out_at(Cursor t) const {
     return reinterpret_cast<T*>(flat_at(out, t, out_ss));
   }
   __device__ __forceinline__ int64_t position(Cursor t) const {
@@ -196,6 +196,7 @@ struct LeanRunRing {
   static constexpr int kChunks = 2 * kVecChunks + 2 * kCsChunks;
   using Ring = ThreadRing<S, kChunks>;
   static_assert(kVecChunks >= 1 && kCsChunks >= 1, "whole 16-byte chunks per vector");
+  static_assert(Ring::kGroup == core::kRopeLeanRunRingGroup, "the planner's thread groups");
   static_assert(static_cast<int64_t>(Ring::bytes(1)) * core::kRopeLeanRunStages ==
                     core::rope_lean_run_ring_bytes(sizeof(T), sizeof(C), 1) * S,
                 "the planner's ring size, per stage");
@@ -203,11 +204,12 @@ struct LeanRunRing {
 
 /// How a lean-run thread's two vectors reach it and leave it, in round `stage` of its ring.
 /// Direct (kSwizzle false): the lane fetched its own vectors (channels oa, ob) and store writes
-/// them there. Row swizzle (kSwizzle; gptj with 16-bit data, where a lane's two vectors are the
-/// two halves of the same 32-byte sectors): lane x of a row of L lanes fetched the head's 16-byte
-/// chunks x and x + L, so that each copy instruction of the row reads whole sectors; gather
-/// takes the lane's own chunks 2x and 2x + 1 from the row's ring slots, and store puts the
-/// results back into the lane's slots and writes chunks x and x + L (whole sectors again). Warp
+/// them there (the walk's output pointer is at oa, the second vector ob - oa past it). Row swizzle
+/// (kSwizzle; gptj with 16-bit data, where a lane's two vectors are the two halves of the same
+/// 32-byte sectors): lane x of a row of L lanes fetched the head's 16-byte chunks x and x + L, so
+/// that each copy instruction of the row reads whole sectors; gather takes the lane's own chunks 2x
+/// and 2x + 1 from the row's ring slots, and store puts the results back into the lane's slots and
+/// writes chunks x and x + L (whole sectors again; the walk's output pointer is at chunk x). Warp
 /// barriers over the row's lanes (an aligned group of one warp) order the exchanges.
 template <typename T, typename Ring, bool kSwizzle, int kVecChunks>
 struct LeanRunIo {
@@ -240,7 +242,8 @@ struct LeanRunIo {
     }
   }
 
-  /// Stores the lane's results x0, x1 (its vectors at channels oa, ob) into head y.
+  /// Stores the lane's results x0, x1 (its vectors at channels oa, ob) into the output head, y
+  /// pointing at channel fetch_a of it (the walk's out_at).
   __device__ __forceinline__ void store(T* y, const float (&x0)[V], const float (&x1)[V]) const {
     if constexpr (kSwizzle) {
       const int lanes = static_cast<int>(blockDim.x), x = static_cast<int>(threadIdx.x);
@@ -252,19 +255,20 @@ struct LeanRunIo {
       RawVec<T, V> ca, cb;  // chunk c now sits in slot c % 2 of lane c / 2
       rg.template read_raw_at<T, V>(stage, x % 2, row0 + x / 2, ca);
       rg.template read_raw_at<T, V>(stage, (x + lanes) % 2, row0 + (x + lanes) / 2, cb);
-      store_chunk<T, V>(y + x * V, ca.v);
-      store_chunk<T, V>(y + (x + lanes) * V, cb.v);
+      store_chunk<T, V>(y, ca.v);
+      store_chunk<T, V>(y + lanes * V, cb.v);
     } else {
-      store_pack<T, V>(y + oa, x0);
-      store_pack<T, V>(y + ob, x1);
+      store_pack<T, V>(y, x0);
+      store_pack<T, V>(y + (ob - oa), x1);
     }
   }
 };
 
 /// Runs block blockIdx.x's tokens (block_tokens) for the thread of lane ln (lean_run_lane;
 /// ln.hh < Hq + Hk) on the walk Spec picks (LeanRunWalk): each round hands token t, a callable
-/// y() giving the thread's output head of it (asked for where the body needs it, which keeps
-/// the pointer out of the registers live across the arithmetic), its data (regs), c_i, s_i of
+/// y() giving the thread's output of it at channel LeanRunIo::fetch_a (ln.oa unless kSwizzle;
+/// asked for where the body needs it, which keeps the pointer out of the registers live across
+/// the arithmetic), its data (regs), c_i, s_i of
 /// pairs i0 .. i0 + V - 1 (s_i negated for the inverse rotation) and the round's LeanRunIo (whose
 /// store the body may use for its results) to body(t, y, regs, c, sn, io). Spec: the facts fixed at
 /// compile time (rope_lean_spec.h); kDataViaL1: the data's copies go through L1 (gptj: a lane's
@@ -282,9 +286,7 @@ __device__ __forceinline__ void rope_lean_run(const RopeKernelArgs& a, uint4* ri
   constexpr int kCos = 2 * R::kVecChunks, kSin = kCos + R::kCsChunks;
   constexpr int kVecBytes = 16 * R::kVecChunks, kCsBytes = 16 * R::kCsChunks;
   static_assert(!kSwizzle || R::kVecChunks == 1, "the row swizzle moves one chunk per vector");
-  const int threads = static_cast<int>(blockDim.x * blockDim.y);
-  const typename R::Ring rg{ring, static_cast<int>(threadIdx.y * blockDim.x + threadIdx.x),
-                            threads};
+  const typename R::Ring rg(ring, static_cast<int>(threadIdx.y * blockDim.x + threadIdx.x));
   const int lane = static_cast<int>(threadIdx.y * blockDim.x + threadIdx.x) & 31;
   const unsigned mask =
       blockDim.x >= 32 ? 0xffffffffu : ((1u << blockDim.x) - 1u) << (lane & ~(blockDim.x - 1));
@@ -313,7 +315,7 @@ __device__ __forceinline__ void rope_lean_run(const RopeKernelArgs& a, uint4* ri
   int64_t p_ahead = w.valid(fet) ? w.position(fet) : 0;
   int stage = 0;
   while (w.valid(cur)) {
-    const int ahead = stage == 0 ? S - 1 : stage - 1;  // (stage + S - 1) % S
+    const int ahead = S == 2 ? 1 - stage : (stage == 0 ? S - 1 : stage - 1);  // (stage + S - 1) % S
     // Row swizzle: the row's lanes are done with the stage about to be refilled.
     if constexpr (kSwizzle) __syncwarp(mask);
     if (w.valid(fet)) fetch(ahead, p_ahead);
@@ -329,7 +331,7 @@ __device__ __forceinline__ void rope_lean_run(const RopeKernelArgs& a, uint4* ri
     rg.template read_float<C, V>(stage, kSin, sn);
     rope_apply_direction<V>(a, sn);
     body(
-        w.t(cur), [&] { return w.out_head(cur); }, regs, c, sn, io);
+        w.t(cur), [&] { return w.out_at(cur); }, regs, c, sn, io);
     w.next(cur);
     stage = stage == S - 1 ? 0 : stage + 1;
   }
