@@ -1,0 +1,394 @@
+// Lean runs in a dynamic token order (H200): would the RoPE and QK-norm + RoPE lean runs finish
+// sooner if blocks took their next token from a counter instead of the static interleave
+// bx, bx + G, ...? At 8ebfa03 the busiest multiprocessor finished 3.7 us (QK-norm + RoPE) and
+// 5.5 us (RoPE) after the average one at T = 65536 (docs/performance.md, the multiprocessors'
+// balance): equal shares, unequal speeds.
+// bf16 q [T, 32, 128], k [T, 8, 128], f32 cache of T rows, random int64 positions, neox; QK-norm
+// + RoPE with bf16 weights and the rstd saved; the library's arguments (cuda::fill_rope_args,
+// cuda::fill_qk_norm_rope_args).
+// Ownership of the experiment kernels (the library's lean-run layout: grid (G, 1), block (8, 40),
+// 2 blocks per multiprocessor, thread row y owning head y, lane x pair vector x, the library's
+// ring, flat walk and per-token arithmetic, so the library's bits):
+//  - Tokens: a block computes token t_j in round j while its ring holds t_{j+1}; it claims
+//    t_{j+2} in round j (its position loaded a round ahead of its fetch, as in the library).
+//    kStatic: t_j = bx + j G (the library's order, as a check of the copy's loop); kBlock: thread
+//    (0, 0) takes the next token from the block's counter (atomicAdd) and hands it to the block
+//    through shared memory (two mailbox words, a block barrier per claim); kWarp: each warp claims
+//    its own tokens from its own counter (warp w of every block shares counter w: the warp's 4
+//    head rows of each token), lane 0's claim shuffled to the warp, no barrier.
+//  - Counters: one per head group (kBlock) or warp slot (kWarp) in a device buffer zeroed once;
+//    each claimer adds one to its done word after its last claim, and the one that completes the
+//    grid's count sets the counter and the done word back to zero for the next launch.
+// Every output (and rstd) is compared bit for bit with the library call's, and the counters are
+// checked to be zero after every variant. Cold-L2 CUDA-event medians at T = 32768 and 65536, and
+// RoPE forward + inverse at T = 32768 (the forward + backward row). Not part of the build:
+//   nvcc -std=c++17 -O3 -gencode=arch=compute_90,code=sm_90 -Iinclude -Isrc \
+//        bench/experiments/lean_run_dynamic.cu build/libropenorm.a -o lean_run_dynamic
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/qk_norm_rope_validate.h"
+#include "core/rope_plan.h"
+#include "core/rope_validate.h"
+#include "cuda/common/dtype.cuh"
+#include "cuda/common/pdl.cuh"
+#include "cuda/qk_norm_rope/qk_norm_rope_host.h"
+#include "cuda/qk_norm_rope/qk_norm_rope_kernels.cuh"
+#include "cuda/qk_norm_rope/qk_norm_rope_lean_kernel.cuh"
+#include "cuda/rope/rope_host.h"
+#include "cuda/rope/rope_lean_run.cuh"
+#include "decode_inputs.cuh"
+#include "experiment_timing.cuh"
+#include "ropenorm/qk_norm_rope.h"
+#include "ropenorm/rope.h"
+
+using namespace ropenorm;
+using namespace ropenorm::cuda;
+
+namespace {
+
+constexpr int kHq = 32, kHk = 8, kD = 128, kLanes = 8, kRows = kHq + kHk;
+constexpr int kThreads = kLanes * kRows, kWarps = kThreads / 32;
+
+enum class Order { kStatic, kBlock, kWarp };
+
+/// A thread's token claims in order kOrder (see the file comment).
+template <Order kOrder>
+struct Claims {
+  unsigned* counter;
+  unsigned* done;
+  uint32_t* mailbox;  ///< kBlock: two words of shared memory
+  uint32_t next_static;
+  int parity = 0;
+
+  __device__ Claims(unsigned* counters, unsigned* dones, uint32_t* mb) : mailbox(mb) {
+    const int slot =
+        kOrder == Order::kWarp ? static_cast<int>(threadIdx.y * blockDim.x + threadIdx.x) / 32 : 0;
+    counter = counters + blockIdx.y * kWarps + slot;
+    done = dones + blockIdx.y * kWarps + slot;
+    next_static = blockIdx.x;
+  }
+  __device__ bool leader() const {
+    const int tid = static_cast<int>(threadIdx.y * blockDim.x + threadIdx.x);
+    return kOrder == Order::kWarp ? tid % 32 == 0 : tid == 0;
+  }
+  /// The next token (block- or warp-uniform; every thread of the claimers calls it).
+  __device__ uint32_t claim() {
+    if constexpr (kOrder == Order::kStatic) {
+      const uint32_t t = next_static;
+      next_static += gridDim.x;
+      return t;
+    } else if constexpr (kOrder == Order::kBlock) {
+      if (leader()) mailbox[parity] = atomicAdd(counter, 1u);
+      __syncthreads();
+      const uint32_t t = mailbox[parity];
+      parity ^= 1;
+      return t;
+    } else {
+      uint32_t t = 0;
+      if (leader()) t = atomicAdd(counter, 1u);
+      return __shfl_sync(0xffffffffu, t, 0);
+    }
+  }
+  /// After the last claim: the claimer completing the grid's count resets the counter.
+  __device__ void finish() {
+    if constexpr (kOrder != Order::kStatic) {
+      if (leader()) {
+        __threadfence();
+        if (atomicAdd(done, 1u) == gridDim.x - 1) {
+          atomicExch(counter, 0u);
+          atomicExch(done, 0u);
+        }
+      }
+    }
+  }
+};
+
+/// The library's rope_lean_run loop (2 stages, flat walk, direct io) with tokens from Claims:
+/// body(t, y, regs, c, sn, io) per token as there.
+template <Order kOrder, typename Spec, typename Body>
+__device__ __forceinline__ void dyn_lean_run(const RopeKernelArgs& a, uint4* ring,
+                                             const LeanRunLane& ln, unsigned* counters,
+                                             unsigned* dones, uint32_t* mailbox, Body&& body) {
+  using T = bf16;
+  using C = float;
+  using R = LeanRunRing<T, C, 2>;
+  using Io = LeanRunIo<T, typename R::Ring, false, R::kVecChunks>;
+  constexpr int V = R::V;
+  constexpr int kCos = 2 * R::kVecChunks, kSin = kCos + R::kCsChunks;
+  constexpr int kVecBytes = 16 * R::kVecChunks, kCsBytes = 16 * R::kCsChunks;
+  const typename R::Ring rg(ring, static_cast<int>(threadIdx.y * blockDim.x + threadIdx.x));
+  const int fa = Io::fetch_a(ln), fb = Io::fetch_b(ln);
+  const LeanRunWalkFlat<T, C, Spec> w(a, ln, fa);
+  const auto tokens = static_cast<uint32_t>(a.tokens);
+  Claims<kOrder> cl(counters, dones, mailbox);
+  auto fetch = [&](int stage, uint32_t t, int64_t p) {
+    const T* x = w.in_at(t);
+    rg.template fetch<kVecBytes, false>(stage, 0, x);
+    rg.template fetch<kVecBytes, false>(stage, R::kVecChunks, x + (fb - fa));
+    const C *co, *so;
+    w.cs_at(t, p, co, so);
+    rg.template fetch<kCsBytes, true>(stage, kCos, co);
+    rg.template fetch<kCsBytes, true>(stage, kSin, so);
+  };
+  uint32_t cur = cl.claim();
+  if (cur < tokens) fetch(0, cur, w.position(cur));
+  cp_async_commit();
+  uint32_t fet = cur < tokens ? cl.claim() : cur;
+  int64_t p_ahead = fet < tokens ? w.position(fet) : 0;
+  int stage = 0;
+  while (cur < tokens) {
+    if (fet < tokens) fetch(1 - stage, fet, p_ahead);
+    cp_async_commit();
+    const uint32_t nxt = fet;
+    if (fet < tokens) {
+      fet = cl.claim();
+      if (fet < tokens) p_ahead = w.position(fet);
+    }
+    cp_async_wait<1>();
+    const Io io{rg, stage, ln.oa, ln.ob, 0xffffffffu};
+    RopeHeadRegs<T, V> regs;
+    io.gather(regs);
+    float c[V], sn[V];
+    rg.template read_float<C, V>(stage, kCos, c);
+    rg.template read_float<C, V>(stage, kSin, sn);
+    rope_apply_direction<V>(a, sn);
+    body(
+        cur, [&] { return w.out_at(cur); }, regs, c, sn, io);
+    cur = nxt;
+    stage ^= 1;
+  }
+  cl.finish();
+}
+
+template <Order kOrder>
+__global__ void __launch_bounds__(kThreads, 2)
+    dyn_rope_kernel(const RopeKernelArgs a, unsigned* counters, unsigned* dones) {
+  constexpr int V = core::kRopeLeanVec;
+  extern __shared__ uint4 dyn_ring[];
+  __shared__ uint32_t mailbox[2];
+  const LeanRunLane ln = lean_run_lane<false>(a, a.half);
+  griddep_wait();
+  dyn_lean_run<kOrder, LeanRowsFlatI64>(
+      a, dyn_ring, ln, counters, dones, mailbox,
+      [&](uint32_t, const auto& y, const RopeHeadRegs<bf16, V>& regs, const float(&c)[V],
+          const float(&sn)[V], const auto& io) {
+        float x0[V], x1[V];
+        widen<bf16, V>(regs.x0, x0);
+        widen<bf16, V>(regs.x1, x1);
+        rope_rotate_regs<V, false>(x0, x1, c, sn);
+        io.store(y(), x0, x1);
+      });
+}
+
+template <Order kOrder>
+__global__ void __launch_bounds__(kThreads, 2)
+    dyn_qk_kernel(const QkNormRopeArgs args, unsigned* counters, unsigned* dones) {
+  constexpr int V = core::kRopeLeanVec;
+  using Spec = LeanFlatI64<8>;
+  extern __shared__ uint4 dyn_ring[];
+  __shared__ uint32_t mailbox[2];
+  const RopeKernelArgs& a = args.rope;
+  const LeanRunLane ln = lean_run_lane<false>(a, kD / 2);
+  const int oa = ln.oa, ob = ln.ob;
+  const QkRstdSlot rs = qk_rstd_slot(args, ln.hh);
+  griddep_wait();
+  float w0[V], w1[V];
+  qk_head_factors<V, bf16>(args, ln.hh, oa, ob, w0, w1);
+  dyn_lean_run<kOrder, Spec>(a, dyn_ring, ln, counters, dones, mailbox,
+                             [&](uint32_t t, const auto& y, const RopeHeadRegs<bf16, V>& regs,
+                                 const float(&c)[V], const float(&sn)[V], const auto&) {
+                               qk_pair_head<bf16, V, false, kD, true>(
+                                   args, y, [&](float r) { rs.store(t, r); }, 0, ob - oa, regs, c,
+                                   sn, 0xffffffffu, kLanes,
+                                   [&](float(&f0)[V], float(&f1)[V]) {
+#pragma unroll
+                                     for (int i = 0; i < V; ++i) {
+                                       f0[i] = w0[i];
+                                       f1[i] = w1[i];
+                                     }
+                                   });
+                             });
+}
+
+}  // namespace
+
+int main() {
+  const int64_t max_t = 65536;
+  const size_t qn = max_t * kHq * kD, kn = max_t * kHk * kD;
+  std::mt19937_64 rng(20261204);
+  bf16 *q = device_bf16(random_bf16(rng, qn)), *k = device_bf16(random_bf16(rng, kn));
+  bf16 *yq = device_bf16({}, qn), *yk = device_bf16({}, kn), *yq2 = device_bf16({}, qn),
+       *yk2 = device_bf16({}, kn);
+  bf16* w = device_bf16(random_bf16(rng, 2 * kD));
+  float *rq, *rk, *rq2, *rk2;
+  CK(cudaMalloc(&rq, max_t * kHq * 4));
+  CK(cudaMalloc(&rk, max_t * kHk * 4));
+  CK(cudaMalloc(&rq2, max_t * kHq * 4));
+  CK(cudaMalloc(&rk2, max_t * kHk * 4));
+  unsigned* counters;  // [kWarps] counters then [kWarps] done words
+  CK(cudaMalloc(&counters, 2 * kWarps * sizeof(unsigned)));
+  CK(cudaMemset(counters, 0, 2 * kWarps * sizeof(unsigned)));
+  unsigned* dones = counters + kWarps;
+  int sms = 0;
+  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  std::printf("registers: rope static %d, block %d, warp %d; qk static %d, block %d, warp %d\n",
+              regs_of(reinterpret_cast<const void*>(dyn_rope_kernel<Order::kStatic>)),
+              regs_of(reinterpret_cast<const void*>(dyn_rope_kernel<Order::kBlock>)),
+              regs_of(reinterpret_cast<const void*>(dyn_rope_kernel<Order::kWarp>)),
+              regs_of(reinterpret_cast<const void*>(dyn_qk_kernel<Order::kStatic>)),
+              regs_of(reinterpret_cast<const void*>(dyn_qk_kernel<Order::kBlock>)),
+              regs_of(reinterpret_cast<const void*>(dyn_qk_kernel<Order::kWarp>)));
+  std::printf("copy bandwidth %.1f GB/s\n", copy_bandwidth_gbps(size_t{1} << 30));
+  const Device d0 = Device::cuda(0);
+  const size_t smem = static_cast<size_t>(core::rope_lean_run_ring_bytes(2, 4, kThreads));
+  const void* kernels[] = {reinterpret_cast<const void*>(dyn_rope_kernel<Order::kStatic>),
+                           reinterpret_cast<const void*>(dyn_rope_kernel<Order::kBlock>),
+                           reinterpret_cast<const void*>(dyn_rope_kernel<Order::kWarp>),
+                           reinterpret_cast<const void*>(dyn_qk_kernel<Order::kStatic>),
+                           reinterpret_cast<const void*>(dyn_qk_kernel<Order::kBlock>),
+                           reinterpret_cast<const void*>(dyn_qk_kernel<Order::kWarp>)};
+  for (const void* f : kernels) {
+    CK(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                            static_cast<int>(smem)));
+  }
+  const char* order_names[] = {"static", "dynamic per block", "dynamic per warp"};
+  for (int64_t t : {int64_t{32768}, int64_t{65536}}) {
+    const DeviceCosSin csd = device_cos_sin(rng, t, kD, t);
+    auto view = [&](void* p, int64_t heads) {
+      return TensorRef::contiguous(p, DType::kBFloat16, {t, heads, kD}, d0);
+    };
+    auto rstd = [&](float* p, int64_t heads) {
+      return TensorRef::contiguous(p, DType::kFloat32, {t, heads}, d0);
+    };
+    RopePositions rp;
+    rp.positions = TensorRef::contiguous(csd.pos, DType::kInt64, {t}, d0);
+    RopeCosSin cs;
+    cs.kind = CosSinKind::kCache;
+    cs.cache = TensorRef::contiguous(csd.cache, DType::kFloat32, {t, kD}, d0);
+    RopeParams prm, inv;
+    inv.inverse = true;
+    const TensorRef twq = TensorRef::contiguous(w, DType::kBFloat16, {kD}, d0);
+    const TensorRef twk = TensorRef::contiguous(w + kD, DType::kBFloat16, {kD}, d0);
+    QkNormParams np;
+    const int64_t grid = std::min<int64_t>(t, int64_t{sms} * 2);
+    const dim3 g(static_cast<unsigned>(grid)), b(kLanes, kRows);
+    for (const bool qk : {false, true}) {
+      // The library's call (reference bits and the time to beat), then the experiment kernels
+      // on the library's arguments for the same call writing the second outputs.
+      auto lib = [&] {
+        if (qk) {
+          check(qk_norm_rope(view(q, kHq), view(k, kHk), twq, twk, view(yq, kHq), view(yk, kHk),
+                             rstd(rq, kHq), rstd(rk, kHk), rp, cs, prm, np, nullptr),
+                "library qk");
+        } else {
+          check(
+              rope(view(q, kHq), view(k, kHk), view(yq, kHq), view(yk, kHk), rp, cs, prm, nullptr),
+              "library rope");
+        }
+      };
+      const core::QkNormRopeCall qcall =
+          core::qk_norm_rope_call(view(q, kHq), view(k, kHk), twq, twk, view(yq2, kHq),
+                                  view(yk2, kHk), rstd(rq2, kHq), rstd(rk2, kHk), rp, cs, prm, np);
+      core::RopeGeometry geo;
+      check(core::validate_qk_norm_rope(qcall, -1, &geo), "validate qk");
+      QkNormRopeArgs qa{};
+      core::QkNormRopeFacts facts;
+      fill_qk_norm_rope_args(qcall, geo, &qa, &facts);
+      const core::RopeCall rcall{view(q, kHq), view(k, kHk), view(yq2, kHq), view(yk2, kHk), rp,
+                                 cs,           prm};
+      core::RopeGeometry rgeo;
+      check(core::validate_rope(rcall, -1, &rgeo), "validate rope");
+      RopeKernelArgs ra{};
+      fill_rope_args(rcall, rgeo, &ra);
+      std::vector<std::function<void()>> vs;
+      for (int o = 0; o < 3; ++o) {
+        vs.push_back([&, o] {
+          if (qk) {
+            const auto f = o == 0   ? dyn_qk_kernel<Order::kStatic>
+                           : o == 1 ? dyn_qk_kernel<Order::kBlock>
+                                    : dyn_qk_kernel<Order::kWarp>;
+            CK(launch_with_pdl(f, g, b, smem, nullptr, qa, counters, dones));
+          } else {
+            const auto f = o == 0   ? dyn_rope_kernel<Order::kStatic>
+                           : o == 1 ? dyn_rope_kernel<Order::kBlock>
+                                    : dyn_rope_kernel<Order::kWarp>;
+            CK(launch_with_pdl(f, g, b, smem, nullptr, ra, counters, dones));
+          }
+        });
+      }
+      const size_t nq = t * kHq * kD, nk = t * kHk * kD;
+      CK(cudaMemset(yq, 0xff, qn * 2));
+      CK(cudaMemset(yk, 0xff, kn * 2));
+      CK(cudaMemset(rq, 0xff, max_t * kHq * 4));
+      CK(cudaMemset(rk, 0xff, max_t * kHk * 4));
+      lib();
+      CK(cudaDeviceSynchronize());
+      const auto ref_q = to_host16(yq, nq), ref_k = to_host16(yk, nk);
+      const auto ref_rq = to_host32(rq, t * kHq), ref_rk = to_host32(rk, t * kHk);
+      const char* op = qk ? "qk_norm_rope" : "rope";
+      for (int o = 0; o < 3; ++o) {
+        CK(cudaMemset(yq2, 0xff, qn * 2));
+        CK(cudaMemset(yk2, 0xff, kn * 2));
+        CK(cudaMemset(rq2, 0xff, max_t * kHq * 4));
+        CK(cudaMemset(rk2, 0xff, max_t * kHk * 4));
+        vs[o]();
+        CK(cudaDeviceSynchronize());
+        const auto eq = to_host16(yq2, nq), ek = to_host16(yk2, nk);
+        size_t differ = 0;
+        for (size_t i = 0; i < nq; ++i) differ += eq[i] != ref_q[i];
+        for (size_t i = 0; i < nk; ++i) differ += ek[i] != ref_k[i];
+        if (qk) {
+          const auto erq = to_host32(rq2, t * kHq), erk = to_host32(rk2, t * kHk);
+          for (size_t i = 0; i < erq.size(); ++i) differ += erq[i] != ref_rq[i];
+          for (size_t i = 0; i < erk.size(); ++i) differ += erk[i] != ref_rk[i];
+        }
+        const auto left = to_host32(counters, 2 * kWarps);
+        unsigned nonzero = 0;
+        for (uint32_t v : left) nonzero += v != 0;
+        std::printf("  %s T=%5lld check %s: %zu values differ, %u counter words not zero\n", op,
+                    static_cast<long long>(t), order_names[o], differ, nonzero);
+      }
+      std::printf("%-12s T=%5lld cold: library %.2f us", op, static_cast<long long>(t),
+                  time_med(lib, true));
+      for (int o = 0; o < 3; ++o) std::printf(" | %s %.2f", order_names[o], time_med(vs[o], true));
+      std::printf(" us\n");
+      if (!qk && t == 32768) {   // forward then inverse, the forward + backward row's pair
+        RopeKernelArgs ia = ra;  // the inverse in place on the forward's outputs
+        ia.inverse = true;
+        ia.q = ra.q_out;
+        ia.k = ra.k_out;
+        auto pair = [&](auto f) {
+          return [&, f] {
+            CK(launch_with_pdl(f, g, b, smem, nullptr, ra, counters, dones));
+            CK(launch_with_pdl(f, g, b, smem, nullptr, ia, counters, dones));
+          };
+        };
+        auto lib_pair = [&] {
+          check(
+              rope(view(q, kHq), view(k, kHk), view(yq, kHq), view(yk, kHk), rp, cs, prm, nullptr),
+              "library rope");
+          check(rope(view(yq, kHq), view(yk, kHk), view(yq, kHq), view(yk, kHk), rp, cs, inv,
+                     nullptr),
+                "library inverse");
+        };
+        std::printf("%-12s T=%5lld cold: forward + inverse library %.2f us", op,
+                    static_cast<long long>(t), time_med(lib_pair, true));
+        std::printf(" | static %.2f", time_med(pair(dyn_rope_kernel<Order::kStatic>), true));
+        std::printf(" | dynamic per block %.2f",
+                    time_med(pair(dyn_rope_kernel<Order::kBlock>), true));
+        std::printf(" | dynamic per warp %.2f us\n",
+                    time_med(pair(dyn_rope_kernel<Order::kWarp>), true));
+      }
+    }
+    CK(cudaFree(csd.cache));
+    CK(cudaFree(csd.pos));
+  }
+  return 0;
+}
