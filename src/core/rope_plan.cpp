@@ -143,7 +143,9 @@ bool lean_run_shape(const RopeLeanFacts& f, int64_t min_tokens) {
 }
 
 bool rope_lean_run(const RopeLeanFacts& f) {
-  return lean_run_shape(f, kRopeLeanRunMinTokens) && f.cos_sin_rows;
+  const int64_t min_tokens =
+      rope_lean_long_run_block(f) ? kRopeLeanRunMinTokens : kRopeLeanRunShortMinTokens;
+  return lean_run_shape(f, min_tokens) && f.cos_sin_rows;
 }
 
 bool flat_tokens(int64_t batch, int64_t seq, const TokenStrides* ops, int count) {

@@ -204,6 +204,14 @@ RopePlan plan_rope_lean_run(const RopeLeanFacts& f, int max_threads, int min_blo
 /// Fewest tokens of a RoPE lean run (H200, bf16, 32 + 8 heads, f32 cache, random int64
 /// positions, bench/experiments/rope_lean_run.cu).
 constexpr int64_t kRopeLeanRunMinTokens = 4096;
+/// Fewest tokens of a RoPE lean run for a call whose lean block rope_lean_long_run_block rejects
+/// (the lean kernel then serves at most kRopeLeanMaxTokens tokens, the general kernel the rest):
+/// the same experiment at 87cc491, D 256 with 32 + 8 heads (16 lanes x 40 rows), 13.47 us
+/// against the general kernel's 15.49 at T = 1024 and 23.17 against 29.25 at 2048. (Where the
+/// lean kernel serves, it stays up to kRopeLeanRunMinTokens: D 128 neox 9.82 against the lean
+/// run's 9.50 at 1024 but 14.24 against 14.14 at 2048, gptj 14.98 against 15.39, D 64 faster at
+/// every length up to 4096.)
+constexpr int64_t kRopeLeanRunShortMinTokens = 1024;
 /// Threads per RoPE lean-run block at most (its launch bound) and the blocks of that size a
 /// multiprocessor is filled with (smaller blocks: as many as fill the same threads).
 constexpr int kRopeLeanRunThreads = 320;
@@ -217,8 +225,9 @@ constexpr int64_t kRopeLeanRunMaxGrid = 4096;
 /// groups).
 bool lean_run_shape(const RopeLeanFacts& f, int64_t min_tokens);
 
-/// The RoPE launcher's lean run serves the call: lean_run_shape with kRopeLeanRunMinTokens, and
-/// cos/sin rows indexed by position (a cache or a [P, R] table).
+/// The RoPE launcher's lean run serves the call: lean_run_shape with kRopeLeanRunMinTokens
+/// (kRopeLeanRunShortMinTokens for blocks rope_lean_long_run_block rejects), and cos/sin rows
+/// indexed by position (a cache or a [P, R] table).
 bool rope_lean_run(const RopeLeanFacts& f);
 
 /// One operand's token strides in elements (token (b, s) at b * sb + s * ss) and its element

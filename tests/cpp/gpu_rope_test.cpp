@@ -444,7 +444,8 @@ TEST(GpuRope, LeanKernelMatchesGeneralKernel) {
 }
 
 // The lean run (what the planner picks from kRopeLeanRunMinTokens tokens for cos/sin rows by
-// position and D 128 / 256: a persistent grid, each block's tokens interleaved over it; gptj
+// position and D 128 / 256, from kRopeLeanRunShortMinTokens where the lean kernel's block would
+// be past kRopeLeanLongRunThreads: a persistent grid, each block's tokens interleaved over it; gptj
 // through the row swizzle) gives the general kernel's bits: both styles, both directions, f16
 // and bf16 data, the cache and the [P, R] table in every dtype, every explicit and implicit
 // position kind, one sequence and B x S (sequences ending inside a block's stride), two head
@@ -483,6 +484,11 @@ TEST(GpuRope, LeanRunMatchesGeneralKernel) {
        2, 2101, RopePosKind::kI64, false, true},
       {DType::kFloat16, RopeStyle::kGptj, true, CosSinKind::kHfCosSin, DType::kFloat16, 16, 4, 256,
        2, 2101, RopePosKind::kI64, true, true},
+      // D 256, 32 + 8 heads (16 lanes x 40 rows): from kRopeLeanRunShortMinTokens.
+      {DType::kBFloat16, RopeStyle::kGptj, false, CosSinKind::kCache, DType::kFloat32, 32, 8, 256,
+       0, core::kRopeLeanRunShortMinTokens + 5, RopePosKind::kI64, false},
+      {DType::kFloat16, RopeStyle::kNeox, true, CosSinKind::kHfCosSin, DType::kBFloat16, 32, 8, 256,
+       2, core::kRopeLeanRunShortMinTokens / 2, RopePosKind::kI32, true},
   };
   uint64_t seed = 1200;
   for (const LeanVariant& v : variants) {

@@ -53,14 +53,15 @@ TEST(CpuQkNormRopePlan, LeanKernelForShortRunsWithLoadedCosSin) {
   EXPECT_EQ(p.rope.head_split, 1);  // the device unknown
   // On a device of 132 multiprocessors a token's heads are split (core::plan_rope_lean): a
   // decode step in 4 blocks of 10 rows; the GPU tests' lean cases: 73 tokens in 3 blocks of 14
-  // rows per token, a token alone at D 256 in 7 of 6 (the last with 4 heads); 1024 tokens in 2
-  // blocks of 20 (blocks of at most kRopeLeanSplitMinThreads threads at any run length).
+  // rows per token, a token alone at D 256 in 7 of 6 (the last with 4 heads); 1023 tokens (the
+  // lean run's kQkLeanRunMinTokens less one) in 2 blocks of 20 (blocks of at most
+  // kRopeLeanSplitMinThreads threads at any run length).
   struct Split {
     int64_t tokens, d;
     int head_split, by;
   };
   for (const Split& e : {Split{1, 128, 4, 10}, Split{73, 128, 3, 14}, Split{1, 256, 7, 6},
-                         Split{1024, 128, 2, 20}}) {
+                         Split{kQkLeanRunMinTokens - 1, 128, 2, 20}}) {
     QkNormRopeFacts on = facts(e.tokens, 40, e.d, e.d, 8, 2, true, true);
     on.sm_count = 132;
     p = plan_qk_norm_rope(on);
@@ -170,6 +171,15 @@ TEST(CpuQkNormRopePlan, LeanRunForLongRuns) {
   EXPECT_EQ(p.rope.by, 21);
   EXPECT_EQ(p.rope.head_groups, 2);
   EXPECT_EQ(p.rope.grid, 3 * 132 / 2);  // 3 blocks of 6 warps fill 640 threads
+  // From kQkLeanRunMinTokens tokens; below, the lean kernel where its block is within
+  // kRopeLeanLongRunThreads (8 lanes x 40 heads), else the pair kernel (16 x 40).
+  EXPECT_EQ(plan_qk_norm_rope(facts(kQkLeanRunMinTokens, 40, 256, 256, 8, 2, true, true)).kernel,
+            QkKernel::kLeanRun);
+  EXPECT_EQ(
+      plan_qk_norm_rope(facts(kQkLeanRunMinTokens - 1, 40, 256, 256, 8, 2, true, true)).kernel,
+      QkKernel::kPair);
+  EXPECT_EQ(plan_qk_norm_rope(facts(kQkLeanRunMinTokens, 40, 128, 128, 8, 2, true, true)).kernel,
+            QkKernel::kLeanRun);
   // Small blocks: as many per multiprocessor as fill 640 threads (8 + 2 heads: 3 warps, 6).
   p = lean_run_plan(10, 128);
   EXPECT_EQ(p.rope.by, 10);

@@ -345,6 +345,19 @@ TEST(CpuRopePlan, LeanRunRule) {
   f = lean_facts(65536, 40, 32, 128);  // partial rotary: no lean shape
   f.cos_sin_rows = true;
   EXPECT_FALSE(rope_lean_run(f));
+  // Blocks the lean kernel does not serve past kRopeLeanMaxTokens (16 lanes x 40 heads): from
+  // kRopeLeanRunShortMinTokens; 16 x 32 (512 threads, the lean kernel's): from
+  // kRopeLeanRunMinTokens.
+  f = lean_facts(kRopeLeanRunShortMinTokens, 40, 128, 256);
+  f.cos_sin_rows = true;
+  EXPECT_TRUE(rope_lean_run(f));
+  f.tokens -= 1;
+  EXPECT_FALSE(rope_lean_run(f));
+  f = lean_facts(kRopeLeanRunShortMinTokens, 32, 128, 256);
+  f.cos_sin_rows = true;
+  EXPECT_FALSE(rope_lean_run(f));
+  f.tokens = kRopeLeanRunMinTokens;
+  EXPECT_TRUE(rope_lean_run(f));
 }
 
 // Flat tokens: one sequence, or every operand's batch stride S times its token stride; the
@@ -484,6 +497,14 @@ TEST(CpuRopePlan, CallPlan) {
   f = lean_facts(65536, 40, 32, 64);  // D 64: the lean kernel at every run length
   f.cos_sin_rows = true;
   EXPECT_TRUE(plan_rope_call(f, true, 132).lean);
+  // D 256, 32 + 8 heads: the lean run from kRopeLeanRunShortMinTokens, the general kernel below
+  // (down to kRopeLeanMaxTokens + 1).
+  f = lean_facts(kRopeLeanRunShortMinTokens, 40, 128, 256);
+  f.cos_sin_rows = true;
+  EXPECT_TRUE(plan_rope_call(f, true, 132).lean_run);
+  f.tokens -= 1;
+  p = plan_rope_call(f, true, 132);
+  EXPECT_FALSE(p.lean_run || p.lean);
   f = lean_facts(65536, 40, 64, 128);  // gathered rows: the general kernel on long runs
   p = plan_rope_call(f, true, 132);
   EXPECT_FALSE(p.lean_run || p.lean);
