@@ -2,7 +2,8 @@
 // qk_forward_persistent.cu, rope_lean_run.cu, lean_trigger.cu; not part of the build): a library
 // Status check, a kernel's register count, device results copied back as bits, and the standard
 // shape's device inputs (random bf16 values in [-2, 2), the default f32 cos/sin cache, random
-// int64 positions in [0, P)), and the standard shape's QK-norm + RoPE call record.
+// int64 positions in [0, P)), the standard shape's QK-norm + RoPE call record, and the library's
+// kernel arguments of a validated RoPE or QK-norm + RoPE call.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -15,7 +16,10 @@
 #include <vector>
 
 #include "core/qk_norm_rope_validate.h"
+#include "core/rope_validate.h"
 #include "cuda/common/dtype.cuh"
+#include "cuda/qk_norm_rope/qk_norm_rope_host.h"
+#include "cuda/rope/rope_host.h"
 #include "experiment_timing.cuh"
 #include "reference/host_float.h"
 #include "ropenorm/rope_cache.h"
@@ -88,6 +92,22 @@ inline DeviceCosSin device_cos_sin(std::mt19937_64& rng, int64_t rows, int d, in
   return out;
 }
 
+/// The public call's views of cs: its `tokens` int64 positions, and its cache of `rows` rows of
+/// rotary dim d.
+inline ropenorm::RopePositions positions_of(const DeviceCosSin& cs, int64_t tokens) {
+  ropenorm::RopePositions rp;
+  rp.positions = ropenorm::TensorRef::contiguous(cs.pos, ropenorm::DType::kInt64, {tokens},
+                                                 ropenorm::Device::cuda(0));
+  return rp;
+}
+inline ropenorm::RopeCosSin cache_of(const DeviceCosSin& cs, int64_t rows, int d) {
+  ropenorm::RopeCosSin c;
+  c.kind = ropenorm::CosSinKind::kCache;
+  c.cache = ropenorm::TensorRef::contiguous(cs.cache, ropenorm::DType::kFloat32, {rows, d},
+                                            ropenorm::Device::cuda(0));
+  return c;
+}
+
 /// The call record of the standard shape at T tokens: bf16 q [T, 32, 128] and k [T, 8, 128]
 /// (outputs qo, ko), bf16 weights w (q's D values, then k's), neox, the f32 cache of `table`
 /// rows and the int64 positions of cs, eps epsilon; no rstd.
@@ -122,4 +142,24 @@ inline int64_t dividing_grid(int64_t t, int64_t max_grid) {
     if (t % g == 0) return g;
   }
   return 1;
+}
+
+/// The library's kernel arguments for a QK-norm + RoPE call, validated as the public call is.
+inline ropenorm::cuda::QkNormRopeArgs qk_norm_rope_args_of(
+    const ropenorm::core::QkNormRopeCall& call) {
+  ropenorm::core::RopeGeometry geo;
+  check(ropenorm::core::validate_qk_norm_rope(call, -1, &geo), "validate qk_norm_rope");
+  ropenorm::cuda::QkNormRopeArgs qa{};
+  ropenorm::core::QkNormRopeFacts facts;
+  ropenorm::cuda::fill_qk_norm_rope_args(call, geo, &qa, &facts);
+  return qa;
+}
+
+/// The library's kernel arguments for a RoPE call, validated as the public call is.
+inline ropenorm::cuda::RopeKernelArgs rope_args_of(const ropenorm::core::RopeCall& call) {
+  ropenorm::core::RopeGeometry geo;
+  check(ropenorm::core::validate_rope(call, -1, &geo), "validate rope");
+  ropenorm::cuda::RopeKernelArgs ra{};
+  ropenorm::cuda::fill_rope_args(call, geo, &ra);
+  return ra;
 }

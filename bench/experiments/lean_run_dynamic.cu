@@ -21,7 +21,11 @@
 //    grid's count sets the counter and the done word back to zero for the next launch.
 // Every output (and rstd) is compared bit for bit with the library call's, and the counters are
 // checked to be zero after every variant. Cold-L2 CUDA-event medians at T = 32768 and 65536, and
-// RoPE forward + inverse at T = 32768 (the forward + backward row). Not part of the build:
+// RoPE forward + inverse at T = 32768 (the forward + backward row). At 87cc491
+// (bench/results/lean-run-dynamic-87cc491-nvidia-h200.log): the same bits and counters back at
+// zero everywhere, but per block 22-28% slower than the static order (RoPE T = 65536 416.48
+// against 340.48 us, QK-norm + RoPE 441.06 against 345.98) and per warp about 3x (992.67,
+// 998.46); the static copy within 0.5% of the library's call. Not taken. Not part of the build:
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90,code=sm_90 -Iinclude -Isrc \
 //        bench/experiments/lean_run_dynamic.cu build/libropenorm.a -o lean_run_dynamic
 #include <cuda_runtime.h>
@@ -267,11 +271,8 @@ int main() {
     auto rstd = [&](float* p, int64_t heads) {
       return TensorRef::contiguous(p, DType::kFloat32, {t, heads}, d0);
     };
-    RopePositions rp;
-    rp.positions = TensorRef::contiguous(csd.pos, DType::kInt64, {t}, d0);
-    RopeCosSin cs;
-    cs.kind = CosSinKind::kCache;
-    cs.cache = TensorRef::contiguous(csd.cache, DType::kFloat32, {t, kD}, d0);
+    const RopePositions rp = positions_of(csd, t);
+    const RopeCosSin cs = cache_of(csd, t, kD);
     RopeParams prm, inv;
     inv.inverse = true;
     const TensorRef twq = TensorRef::contiguous(w, DType::kBFloat16, {kD}, d0);
@@ -293,20 +294,11 @@ int main() {
               "library rope");
         }
       };
-      const core::QkNormRopeCall qcall =
+      const QkNormRopeArgs qa = qk_norm_rope_args_of(
           core::qk_norm_rope_call(view(q, kHq), view(k, kHk), twq, twk, view(yq2, kHq),
-                                  view(yk2, kHk), rstd(rq2, kHq), rstd(rk2, kHk), rp, cs, prm, np);
-      core::RopeGeometry geo;
-      check(core::validate_qk_norm_rope(qcall, -1, &geo), "validate qk");
-      QkNormRopeArgs qa{};
-      core::QkNormRopeFacts facts;
-      fill_qk_norm_rope_args(qcall, geo, &qa, &facts);
-      const core::RopeCall rcall{view(q, kHq), view(k, kHk), view(yq2, kHq), view(yk2, kHk), rp,
-                                 cs,           prm};
-      core::RopeGeometry rgeo;
-      check(core::validate_rope(rcall, -1, &rgeo), "validate rope");
-      RopeKernelArgs ra{};
-      fill_rope_args(rcall, rgeo, &ra);
+                                  view(yk2, kHk), rstd(rq2, kHq), rstd(rk2, kHk), rp, cs, prm, np));
+      const RopeKernelArgs ra =
+          rope_args_of({view(q, kHq), view(k, kHk), view(yq2, kHq), view(yk2, kHk), rp, cs, prm});
       std::vector<std::function<void()>> vs;
       for (int o = 0; o < 3; ++o) {
         vs.push_back([&, o] {
