@@ -1,5 +1,6 @@
 // Helpers shared by the RoPE / QK-norm + RoPE experiments (decode.cu, qk_backward_lean.cu,
-// qk_forward_persistent.cu, rope_lean_run.cu, lean_trigger.cu; not part of the build): a library
+// qk_forward_persistent.cu, rope_lean_run.cu, lean_trigger.cu, lean_head_split.cu,
+// lean_run_dynamic.cu; not part of the build): a library
 // Status check, a kernel's register count, device results copied back as bits, and the standard
 // shape's device inputs (random bf16 values in [-2, 2), the default f32 cos/sin cache, random
 // int64 positions in [0, P)), the standard shape's QK-norm + RoPE call record, and the library's

@@ -40,9 +40,9 @@
 // instance also on the largest grid that divides T (256 blocks at T = 65536 instead of 264,
 // whose last round only 64 blocks run). At 87cc491 (qk-forward-persistent-short-87cc491-*, run
 // lengths 1024, 1536 and 2048) the library's lean-run instance beat the library's call on the
-// lean kernel at 1024 (10.56 against 11.33 us) and 1536 (13.25 against 14.85; gptj 11.52 / 14.69
-// against 11.65 / 15.84), so the lean run serves from 1024 tokens from 00f71de on. Not part of the
-// build:
+// lean kernel at 1024 (10.56 against 11.33 us) and 1536 (13.25 against 14.85; gptj, whose lean
+// run here is the general walk's LeanRowsI64, 11.52 / 14.69 against 11.65 / 15.84), so the lean
+// run serves from 1024 tokens from 00f71de on. Not part of the build:
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90,code=sm_90 -Iinclude -Isrc \
 //        bench/experiments/qk_forward_persistent.cu build/libropenorm.a -o qk_forward_persistent
 #include <cuda_runtime.h>

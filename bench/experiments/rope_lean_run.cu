@@ -29,8 +29,9 @@
 // 1024 .. 4096 tokens): at D 256, whose 640-thread lean block leaves 65 .. 4095 tokens to the
 // general kernel, the flat run took 13.47 against 15.49 us at 1024 and 23.17 against 29.25 at
 // 2048, so the lean run serves those blocks from 1024 tokens from 00f71de on; elsewhere the lean
-// kernel stays below 4096 (D 128 neox 9.82 against 9.50 at 1024 but 14.24 against 14.14 at 2048,
-// gptj 14.98 against 15.39, D 64 faster at every length).
+// kernel stays below 4096 (the flat run gains little for D 128 neox, 9.50 against 9.82 at 1024 and
+// 14.14 against 14.24 at 2048, and for gptj at 1024, 9.82 against 9.95, but loses for gptj at
+// 2048, 15.39 against 14.98, and for D 64 at every length).
 // Cold-L2 CUDA-event medians. Arguments (optional): config names, "--", run lengths
 // (e.g. `rope_lean_run "D128 neox" "D256 neox" -- 16384 65536`). Not part of the build:
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90,code=sm_90 -Iinclude -Isrc \

@@ -44,7 +44,8 @@ constexpr int64_t kQkLeanMaxTokens = INT64_MAX;
 /// 466.8 at 65536; with the ring and interleaved tokens at 94bfa0d 16.48 against 17.79 at
 /// T = 2048 (gptj 17.38 against 19.23), but 11.36 against 11.20 at 1024; with the flat walk and
 /// the ring's slots at immediate offsets, at 87cc491, 10.56 against the lean kernel's 11.33 at
-/// 1024 and 13.25 against 14.85 at 1536, gptj 11.52 against 11.65 and 14.69 against 15.84).
+/// 1024 and 13.25 against 14.85 at 1536; gptj, measured with the general walk only, 11.52
+/// against 11.65 and 14.69 against 15.84).
 constexpr int64_t kQkLeanRunMinTokens = 1024;
 /// Threads per block of the lean-run kernel at most: its launch bound, with
 /// kQkLeanRunMinBlocks resident blocks per multiprocessor (96 registers; 3 blocks and 64

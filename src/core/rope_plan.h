@@ -208,9 +208,9 @@ constexpr int64_t kRopeLeanRunMinTokens = 4096;
 /// (the lean kernel then serves at most kRopeLeanMaxTokens tokens, the general kernel the rest):
 /// the same experiment at 87cc491, D 256 with 32 + 8 heads (16 lanes x 40 rows), 13.47 us
 /// against the general kernel's 15.49 at T = 1024 and 23.17 against 29.25 at 2048. (Where the
-/// lean kernel serves, it stays up to kRopeLeanRunMinTokens: D 128 neox 9.82 against the lean
-/// run's 9.50 at 1024 but 14.24 against 14.14 at 2048, gptj 14.98 against 15.39, D 64 faster at
-/// every length up to 4096.)
+/// lean kernel serves, it stays up to kRopeLeanRunMinTokens: the lean run gains little for D 128
+/// neox, 9.50 against 9.82 at 1024 and 14.14 against 14.24 at 2048, and for gptj at 1024, 9.82
+/// against 9.95, but loses for gptj at 2048, 15.39 against 14.98, and for D 64 at every length.)
 constexpr int64_t kRopeLeanRunShortMinTokens = 1024;
 /// Threads per RoPE lean-run block at most (its launch bound) and the blocks of that size a
 /// multiprocessor is filled with (smaller blocks: as many as fill the same threads).
