@@ -125,7 +125,6 @@ __device__ __forceinline__ void dyn_lean_run(const RopeKernelArgs& a, uint4* rin
   using R = LeanRunRing<T, C, 2>;
   using Io = LeanRunIo<T, typename R::Ring, false, R::kVecChunks>;
   constexpr int V = R::V;
-  constexpr int kCos = 2 * R::kVecChunks, kSin = kCos + R::kCsChunks;
   constexpr int kVecBytes = 16 * R::kVecChunks, kCsBytes = 16 * R::kCsChunks;
   const typename R::Ring rg(ring, static_cast<int>(threadIdx.y * blockDim.x + threadIdx.x));
   const int fa = Io::fetch_a(ln), fb = Io::fetch_b(ln);
@@ -138,8 +137,8 @@ __device__ __forceinline__ void dyn_lean_run(const RopeKernelArgs& a, uint4* rin
     rg.template fetch<kVecBytes, false>(stage, R::kVecChunks, x + (fb - fa));
     const C *co, *so;
     w.cs_at(t, p, co, so);
-    rg.template fetch<kCsBytes, true>(stage, kCos, co);
-    rg.template fetch<kCsBytes, true>(stage, kSin, so);
+    rg.template fetch<kCsBytes, true>(stage, R::kCos, co);
+    rg.template fetch<kCsBytes, true>(stage, R::kSin, so);
   };
   uint32_t cur = cl.claim();
   if (cur < tokens) fetch(0, cur, w.position(cur));
@@ -158,11 +157,8 @@ __device__ __forceinline__ void dyn_lean_run(const RopeKernelArgs& a, uint4* rin
     cp_async_wait<1>();
     const Io io{rg, stage, ln.oa, ln.ob, 0xffffffffu};
     RopeHeadRegs<T, V> regs;
-    io.gather(regs);
     float c[V], sn[V];
-    rg.template read_float<C, V>(stage, kCos, c);
-    rg.template read_float<C, V>(stage, kSin, sn);
-    rope_apply_direction<V>(a, sn);
+    R::read(a, rg, stage, io, regs, c, sn);
     body(
         cur, [&] { return w.out_at(cur); }, regs, c, sn, io);
     cur = nxt;
@@ -182,13 +178,8 @@ __global__ void __launch_bounds__(kThreads, 2)
   dyn_lean_run<kOrder, LeanRowsFlatI64>(
       a, dyn_ring, ln, counters, dones, mailbox,
       [&](uint32_t, const auto& y, const RopeHeadRegs<bf16, V>& regs, const float(&c)[V],
-          const float(&sn)[V], const auto& io) {
-        float x0[V], x1[V];
-        widen<bf16, V>(regs.x0, x0);
-        widen<bf16, V>(regs.x1, x1);
-        rope_rotate_regs<V, false>(x0, x1, c, sn);
-        io.store(y(), x0, x1);
-      });
+          const float(&sn)[V],
+          const auto& io) { rope_lean_run_rotate<bf16, false>(y, regs, c, sn, io); });
 }
 
 template <Order kOrder>
@@ -208,16 +199,8 @@ __global__ void __launch_bounds__(kThreads, 2)
   dyn_lean_run<kOrder, Spec>(a, dyn_ring, ln, counters, dones, mailbox,
                              [&](uint32_t t, const auto& y, const RopeHeadRegs<bf16, V>& regs,
                                  const float(&c)[V], const float(&sn)[V], const auto&) {
-                               qk_pair_head<bf16, V, false, kD, true>(
-                                   args, y, [&](float r) { rs.store(t, r); }, 0, ob - oa, regs, c,
-                                   sn, 0xffffffffu, kLanes,
-                                   [&](float(&f0)[V], float(&f1)[V]) {
-#pragma unroll
-                                     for (int i = 0; i < V; ++i) {
-                                       f0[i] = w0[i];
-                                       f1[i] = w1[i];
-                                     }
-                                   });
+                               qk_lean_run_head<bf16, false, Spec>(
+                                   args, t, y, rs, ln.hh, oa, ob, regs, c, sn, 0xffffffffu, w0, w1);
                              });
 }
 

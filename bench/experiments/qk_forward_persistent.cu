@@ -400,11 +400,8 @@ int main(int argc, char** argv) {
       auto rstd = [&](float* p, int64_t heads) {
         return TensorRef::contiguous(p, DType::kFloat32, {t, heads}, d0);
       };
-      RopePositions rp;
-      rp.positions = TensorRef::contiguous(csd.pos, DType::kInt64, {t}, d0);
-      RopeCosSin cs;
-      cs.kind = CosSinKind::kCache;
-      cs.cache = TensorRef::contiguous(csd.cache, DType::kFloat32, {max_t, kD}, d0);
+      const RopePositions rp = positions_of(csd, t);
+      const RopeCosSin cs = cache_of(csd, max_t, kD);
       RopeParams prm;
       prm.style = gptj ? RopeStyle::kGptj : RopeStyle::kNeox;
       QkNormParams np;
@@ -414,14 +411,9 @@ int main(int argc, char** argv) {
               "library");
       };
       // The library's arguments for the same call, writing the second outputs.
-      const core::QkNormRopeCall call =
+      const QkNormRopeArgs qa = qk_norm_rope_args_of(
           core::qk_norm_rope_call(view(q, kHq), view(k, kHk), twq, twk, view(yq2, kHq),
-                                  view(yk2, kHk), rstd(rq2, kHq), rstd(rk2, kHk), rp, cs, prm, np);
-      core::RopeGeometry geo;
-      check(core::validate_qk_norm_rope(call, -1, &geo), "validate");
-      QkNormRopeArgs qa{};
-      core::QkNormRopeFacts facts;
-      fill_qk_norm_rope_args(call, geo, &qa, &facts);
+                                  view(yk2, kHk), rstd(rq2, kHq), rstd(rk2, kHk), rp, cs, prm, np));
       auto persistent = [&](auto kernel, int blocks_per_sm) {
         return [&, kernel, blocks_per_sm] {
           const int64_t grid = std::min<int64_t>(t, int64_t{sms} * blocks_per_sm);

@@ -98,6 +98,37 @@ __global__ void __launch_bounds__(Spec::kMaxThreads)
   qk_norm_rope_lean_thread<T, C, kGptj, Spec>(args, g, mask);
 }
 
+/// A lean-run QK-norm + RoPE round's work (rope_lean_run's body) for head hh of token t:
+/// qk_pair_head over the Spec::kLanes lanes in mask with the factors w0, w1 (w + o, formed once
+/// per run), storing through y() (the lane's output at channel oa) and, from lane 0, r at rs
+/// (the flat walk's slot; the general walk's through qk_store_rstd).
+template <typename T, bool kGptj, typename Spec, int V, typename Y>
+__device__ __forceinline__ void qk_lean_run_head(const QkNormRopeArgs& args, int64_t t, const Y& y,
+                                                 const QkRstdSlot& rs, int hh, int oa, int ob,
+                                                 const RopeHeadRegs<T, V>& regs,
+                                                 const float (&c)[V], const float (&sn)[V],
+                                                 unsigned mask, const float (&w0)[V],
+                                                 const float (&w1)[V]) {
+  constexpr int g = Spec::kLanes;
+  qk_pair_head<T, V, kGptj, 2 * g * V, true>(
+      args, y,
+      [&](float r) {
+        if constexpr (Spec::kFlat) {
+          rs.store(static_cast<uint32_t>(t), r);  // t < 2^31 (the flat walk's cursor)
+        } else {
+          qk_store_rstd(args, t, hh, r);
+        }
+      },
+      0, ob - oa, regs, c, sn, mask, g,  // y() points at channel oa
+      [&](float(&f0)[V], float(&f1)[V]) {
+#pragma unroll
+        for (int i = 0; i < V; ++i) {
+          f0[i] = w0[i];
+          f1[i] = w1[i];
+        }
+      });
+}
+
 /// Lean-run QK-norm + RoPE of style kGptj with cos/sin tables of dtype C, Spec::kLanes lanes per
 /// head (8 or 16) and the other facts Spec fixes (Spec::kFlat: the flat walk; Spec::kFullWarps:
 /// the butterfly's shuffles name all 32 lanes); the block's tokens interleaved over the grid
@@ -132,23 +163,7 @@ __global__ void __launch_bounds__(core::kQkLeanRunThreads, core::kQkLeanRunMinBl
       a, qk_lean_run_ring, ln,
       [&](int64_t t, const auto& y, const RopeHeadRegs<T, V>& regs, const float(&c)[V],
           const float(&sn)[V], const auto&) {
-        qk_pair_head<T, V, kGptj, kD, true>(
-            args, y,
-            [&](float r) {
-              if constexpr (Spec::kFlat) {
-                rs.store(static_cast<uint32_t>(t), r);  // t < 2^31 (the flat walk's cursor)
-              } else {
-                qk_store_rstd(args, t, ln.hh, r);
-              }
-            },
-            0, ob - oa, regs, c, sn, mask, g,  // y() points at channel oa
-            [&](float(&f0)[V], float(&f1)[V]) {
-#pragma unroll
-              for (int i = 0; i < V; ++i) {
-                f0[i] = w0[i];
-                f1[i] = w1[i];
-              }
-            });
+        qk_lean_run_head<T, kGptj, Spec>(args, t, y, rs, ln.hh, oa, ob, regs, c, sn, mask, w0, w1);
       });
 }
 

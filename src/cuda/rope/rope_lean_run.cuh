@@ -200,6 +200,19 @@ struct LeanRunRing {
   static_assert(static_cast<int64_t>(Ring::bytes(1)) * core::kRopeLeanRunStages ==
                     core::rope_lean_run_ring_bytes(sizeof(T), sizeof(C), 1) * S,
                 "the planner's ring size, per stage");
+  static constexpr int kCos = 2 * kVecChunks, kSin = kCos + kCsChunks;  ///< cos/sin chunks
+
+  /// A round's inputs once `stage` of rg has landed: the lane's two vectors (io.gather, io on
+  /// rg and stage), its c_i and its s_i, negated for the inverse rotation.
+  template <typename Io>
+  __device__ __forceinline__ static void read(const RopeKernelArgs& a, const Ring& rg, int stage,
+                                              const Io& io, RopeHeadRegs<T, V>& regs, float (&c)[V],
+                                              float (&sn)[V]) {
+    io.gather(regs);
+    rg.template read_float<C, V>(stage, kCos, c);
+    rg.template read_float<C, V>(stage, kSin, sn);
+    rope_apply_direction<V>(a, sn);
+  }
 };
 
 /// How a lean-run thread's two vectors reach it and leave it, in round `stage` of its ring.
@@ -283,7 +296,6 @@ __device__ __forceinline__ void rope_lean_run(const RopeKernelArgs& a, uint4* ri
   using R = LeanRunRing<T, C, S>;
   using Io = LeanRunIo<T, typename R::Ring, kSwizzle, R::kVecChunks>;
   constexpr int V = R::V;
-  constexpr int kCos = 2 * R::kVecChunks, kSin = kCos + R::kCsChunks;
   constexpr int kVecBytes = 16 * R::kVecChunks, kCsBytes = 16 * R::kCsChunks;
   static_assert(!kSwizzle || R::kVecChunks == 1, "the row swizzle moves one chunk per vector");
   const typename R::Ring rg(ring, static_cast<int>(threadIdx.y * blockDim.x + threadIdx.x));
@@ -302,8 +314,8 @@ __device__ __forceinline__ void rope_lean_run(const RopeKernelArgs& a, uint4* ri
     rg.template fetch<kVecBytes, kDataViaL1>(stage, R::kVecChunks, x + (fb - fa));
     const C *co, *so;
     w.cs_at(fet, p, co, so);
-    rg.template fetch<kCsBytes, true>(stage, kCos, co);
-    rg.template fetch<kCsBytes, true>(stage, kSin, so);
+    rg.template fetch<kCsBytes, true>(stage, R::kCos, co);
+    rg.template fetch<kCsBytes, true>(stage, R::kSin, so);
   };
 #pragma unroll
   for (int k = 0; k < S - 1; ++k) {
@@ -325,16 +337,26 @@ __device__ __forceinline__ void rope_lean_run(const RopeKernelArgs& a, uint4* ri
     cp_async_wait<S - 1>();
     const Io io{rg, stage, ln.oa, ln.ob, mask};
     RopeHeadRegs<T, V> regs;
-    io.gather(regs);
     float c[V], sn[V];
-    rg.template read_float<C, V>(stage, kCos, c);
-    rg.template read_float<C, V>(stage, kSin, sn);
-    rope_apply_direction<V>(a, sn);
+    R::read(a, rg, stage, io, regs, c, sn);
     body(
         w.t(cur), [&] { return w.out_at(cur); }, regs, c, sn, io);
     w.next(cur);
     stage = stage == S - 1 ? 0 : stage + 1;
   }
+}
+
+/// A lean-run RoPE round's work (rope_lean_run's body): the lean kernel's rotation of the
+/// lane's two vectors (rope_rotate_regs, one rounding per output), stored through io at y().
+template <typename T, bool kGptj, int V, typename Y, typename Io>
+__device__ __forceinline__ void rope_lean_run_rotate(const Y& y, const RopeHeadRegs<T, V>& regs,
+                                                     const float (&c)[V], const float (&sn)[V],
+                                                     const Io& io) {
+  float x0[V], x1[V];
+  widen<T, V>(regs.x0, x0);
+  widen<T, V>(regs.x1, x1);
+  rope_rotate_regs<V, kGptj>(x0, x1, c, sn);
+  io.store(y(), x0, x1);
 }
 
 /// Lean-run RoPE (forward or inverse, a.inverse) of style kGptj with cos/sin tables of dtype C
@@ -355,13 +377,8 @@ __global__ void __launch_bounds__(core::kRopeLeanRunThreads, core::kRopeLeanRunM
   rope_lean_run<T, C, Spec, kDataViaL1, kSwizzle, kStages>(
       a, rope_lean_run_ring, ln,
       [&](int64_t, const auto& y, const RopeHeadRegs<T, V>& regs, const float(&c)[V],
-          const float(&sn)[V], const auto& io) {
-        float x0[V], x1[V];
-        widen<T, V>(regs.x0, x0);
-        widen<T, V>(regs.x1, x1);
-        rope_rotate_regs<V, kGptj>(x0, x1, c, sn);
-        io.store(y(), x0, x1);
-      });
+          const float(&sn)[V],
+          const auto& io) { rope_lean_run_rotate<T, kGptj>(y, regs, c, sn, io); });
 }
 
 }  // namespace ropenorm::cuda
