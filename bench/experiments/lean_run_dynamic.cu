@@ -133,12 +133,12 @@ __device__ __forceinline__ void dyn_lean_run(const RopeKernelArgs& a, uint4* rin
   Claims<kOrder> cl(counters, dones, mailbox);
   auto fetch = [&](int stage, uint32_t t, int64_t p) {
     const T* x = w.in_at(t);
-    rg.template fetch<kVecBytes, false>(stage, 0, x);
-    rg.template fetch<kVecBytes, false>(stage, R::kVecChunks, x + (fb - fa));
+    rg.template fetch<kVecBytes, CopyVia::kL2>(stage, 0, x);
+    rg.template fetch<kVecBytes, CopyVia::kL2>(stage, R::kVecChunks, x + (fb - fa));
     const C *co, *so;
     w.cs_at(t, p, co, so);
-    rg.template fetch<kCsBytes, true>(stage, R::kCos, co);
-    rg.template fetch<kCsBytes, true>(stage, R::kSin, so);
+    rg.template fetch<kCsBytes, CopyVia::kTable>(stage, R::kCos, co);
+    rg.template fetch<kCsBytes, CopyVia::kTable>(stage, R::kSin, so);
   };
   uint32_t cur = cl.claim();
   if (cur < tokens) fetch(0, cur, w.position(cur));

@@ -26,6 +26,24 @@ __device__ __forceinline__ void cp_async_16_cached(void* smem_dst, const void* g
                : "memory");
 }
 
+/// Starts a 16-byte copy global -> shared (both 16-byte aligned) of a table row (cos/sin): through
+/// L1 like cp_async_16_cached, and kept in L2 at the last eviction priority (evict_last), so that
+/// the row is still there when a later token of the same position, or the next call with the same
+/// positions, reads it while the call's streamed data passes through L2 at the normal priority.
+__device__ __forceinline__ void cp_async_16_table(void* smem_dst, const void* gmem_src) {
+  uint64_t keep;
+  asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(keep));
+  asm volatile(
+      "cp.async.ca.shared.global.L2::cache_hint [%0], [%1], 16, %2;\n" ::"r"(smem_addr(smem_dst)),
+      "l"(gmem_src), "l"(keep)
+      : "memory");
+}
+
+/// How a ring's copy reaches shared memory: kL2 bypasses L1 (data one thread reads once), kL1
+/// goes through L1 (data several threads of the block read), kTable through L1 and kept in L2
+/// (cp_async_16_table: table rows that later tokens or calls read again).
+enum class CopyVia { kL2, kL1, kTable };
+
 /// Starts a 4-byte copy global -> shared (both 4-byte aligned), through L1.
 __device__ __forceinline__ void cp_async_4(void* smem_dst, const void* gmem_src) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(smem_addr(smem_dst)),
