@@ -125,7 +125,7 @@ __device__ __forceinline__ void dyn_lean_run(const RopeKernelArgs& a, uint4* rin
   using R = LeanRunRing<T, C, 2>;
   using Io = LeanRunIo<T, typename R::Ring, false, R::kVecChunks>;
   constexpr int V = R::V;
-  constexpr int kVecBytes = 16 * R::kVecChunks, kCsBytes = 16 * R::kCsChunks;
+  constexpr int kVecBytes = 16 * R::kVecChunks;
   const typename R::Ring rg(ring, static_cast<int>(threadIdx.y * blockDim.x + threadIdx.x));
   const int fa = Io::fetch_a(ln), fb = Io::fetch_b(ln);
   const LeanRunWalkFlat<T, C, Spec> w(a, ln, fa);
@@ -133,12 +133,11 @@ __device__ __forceinline__ void dyn_lean_run(const RopeKernelArgs& a, uint4* rin
   Claims<kOrder> cl(counters, dones, mailbox);
   auto fetch = [&](int stage, uint32_t t, int64_t p) {
     const T* x = w.in_at(t);
-    rg.template fetch<kVecBytes, CopyVia::kL2>(stage, 0, x);
-    rg.template fetch<kVecBytes, CopyVia::kL2>(stage, R::kVecChunks, x + (fb - fa));
+    rg.template fetch<kVecBytes, false>(stage, 0, x);
+    rg.template fetch<kVecBytes, false>(stage, R::kVecChunks, x + (fb - fa));
     const C *co, *so;
     w.cs_at(t, p, co, so);
-    rg.template fetch<kCsBytes, CopyVia::kTable>(stage, R::kCos, co);
-    rg.template fetch<kCsBytes, CopyVia::kTable>(stage, R::kSin, so);
+    R::fetch_cos_sin(rg, stage, co, so);
   };
   uint32_t cur = cl.claim();
   if (cur < tokens) fetch(0, cur, w.position(cur));

@@ -39,11 +39,6 @@ __device__ __forceinline__ void cp_async_16_table(void* smem_dst, const void* gm
       : "memory");
 }
 
-/// How a ring's copy reaches shared memory: kL2 bypasses L1 (data one thread reads once), kL1
-/// goes through L1 (data several threads of the block read), kTable through L1 and kept in L2
-/// (cp_async_16_table: table rows that later tokens or calls read again).
-enum class CopyVia { kL2, kL1, kTable };
-
 /// Starts a 4-byte copy global -> shared (both 4-byte aligned), through L1.
 __device__ __forceinline__ void cp_async_4(void* smem_dst, const void* gmem_src) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(smem_addr(smem_dst)),

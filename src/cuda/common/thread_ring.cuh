@@ -49,20 +49,28 @@ struct ThreadRing {
   }
 
   /// Starts copying kBytes (a multiple of 16; src 16-byte aligned) into chunks chunk,
-  /// chunk + 1, ... of `stage`, by way of kVia (CopyVia).
-  template <int kBytes, CopyVia kVia>
+  /// chunk + 1, ... of `stage`; kCached: through L1 (rows other threads of the block read too).
+  template <int kBytes, bool kCached>
   __device__ __forceinline__ void fetch(int stage, int chunk, const void* src) const {
     static_assert(kBytes % 16 == 0, "ring slots hold 16-byte chunks");
 #pragma unroll
     for (int c = 0; c < kBytes / 16; ++c) {
       const void* from = static_cast<const unsigned char*>(src) + 16 * c;
-      if constexpr (kVia == CopyVia::kTable) {
-        cp_async_16_table(slot(stage, chunk + c), from);
-      } else if constexpr (kVia == CopyVia::kL1) {
+      if constexpr (kCached) {
         cp_async_16_cached(slot(stage, chunk + c), from);
       } else {
         cp_async_16(slot(stage, chunk + c), from);
       }
+    }
+  }
+
+  /// As fetch<kBytes, true>, for a table row kept in L2 (cp_async_16_table).
+  template <int kBytes>
+  __device__ __forceinline__ void fetch_table(int stage, int chunk, const void* src) const {
+    static_assert(kBytes % 16 == 0, "ring slots hold 16-byte chunks");
+#pragma unroll
+    for (int c = 0; c < kBytes / 16; ++c) {
+      cp_async_16_table(slot(stage, chunk + c), static_cast<const unsigned char*>(src) + 16 * c);
     }
   }
 

@@ -17,15 +17,15 @@
 //  - Ring (ThreadRing, [thread / 8][stage][chunk][thread % 8]): in round j a thread starts the
 //    cp.async of its token j + S - 1's two vectors (through L1 only for QK-norm + RoPE gptj, L2
 //    only otherwise) and cos/sin chunks (through L1: every head row of the block reads the same
-//    rows; kept in L2 at evict_last, CopyVia::kTable, for the tokens of a repeated position and
-//    the next call on the same positions), then waits for its own copy of token j. Directly (neox;
-//    QK-norm + RoPE gptj, its data through L1) it reads and writes nothing but its own slots, so no
-//    barrier is needed. In the row swizzle (RoPE gptj, LeanRunIo) lane x fetches the head's chunks
-//    x and x + L instead of its own 2x and 2x + 1, and the row's lanes trade chunks through their
-//    slots of the round's stage under warp barriers over the row (before the trade, before its
-//    results go back into the slots, after they are there, and before the next round refills a
-//    stage). The position of token j + S - 1 was loaded in the previous round, so no round waits
-//    for a position before it can fetch.
+//    rows; an f32 table's kept in L2 at evict_last, LeanRunRing::fetch_cos_sin, for the tokens of
+//    a repeated position and the next call on the same positions), then waits for its own copy of
+//    token j. Directly (neox; QK-norm + RoPE gptj, its data through L1) it reads and writes nothing
+//    but its own slots, so no barrier is needed. In the row swizzle (RoPE gptj, LeanRunIo) lane x
+//    fetches the head's chunks x and x + L instead of its own 2x and 2x + 1, and the row's lanes
+//    trade chunks through their slots of the round's stage under warp barriers over the row (before
+//    the trade, before its results go back into the slots, after they are there, and before the
+//    next round refills a stage). The position of token j + S - 1 was loaded in the previous round,
+//    so no round waits for a position before it can fetch.
 // A row reads a token's head (from the ring) before any of its lanes writes it, and fetches
 // token t + G only from addresses token t does not write (R = D, one head per row), so in place
 // is safe.
@@ -203,6 +203,22 @@ struct LeanRunRing {
                 "the planner's ring size, per stage");
   static constexpr int kCos = 2 * kVecChunks, kSin = kCos + kCsChunks;  ///< cos/sin chunks
 
+  /// Starts the copies of a token's cos and sin chunks (co, so: the lane's c_i and s_i) into
+  /// `stage`, through L1. An f32 table's rows are kept in L2 (ThreadRing::fetch_table); a 16-bit
+  /// table's take the default policy, because ptxas (CUDA 13.0) gives the hinted copy in their
+  /// neox ring kernels a descriptor in uniform registers nothing sets, which fails on sm_90 with
+  /// an illegal instruction (tests/cpp/sass_check.cmake looks for that form in the library).
+  __device__ __forceinline__ static void fetch_cos_sin(const Ring& rg, int stage, const C* co,
+                                                       const C* so) {
+    if constexpr (sizeof(C) == 4) {
+      rg.template fetch_table<16 * kCsChunks>(stage, kCos, co);
+      rg.template fetch_table<16 * kCsChunks>(stage, kSin, so);
+    } else {
+      rg.template fetch<16 * kCsChunks, true>(stage, kCos, co);
+      rg.template fetch<16 * kCsChunks, true>(stage, kSin, so);
+    }
+  }
+
   /// A round's inputs once `stage` of rg has landed: the lane's two vectors (io.gather, io on
   /// rg and stage), its c_i and its s_i, negated for the inverse rotation.
   template <typename Io>
@@ -297,8 +313,7 @@ __device__ __forceinline__ void rope_lean_run(const RopeKernelArgs& a, uint4* ri
   using R = LeanRunRing<T, C, S>;
   using Io = LeanRunIo<T, typename R::Ring, kSwizzle, R::kVecChunks>;
   constexpr int V = R::V;
-  constexpr int kVecBytes = 16 * R::kVecChunks, kCsBytes = 16 * R::kCsChunks;
-  constexpr CopyVia kDataVia = kDataViaL1 ? CopyVia::kL1 : CopyVia::kL2;
+  constexpr int kVecBytes = 16 * R::kVecChunks;
   static_assert(!kSwizzle || R::kVecChunks == 1, "the row swizzle moves one chunk per vector");
   const typename R::Ring rg(ring, static_cast<int>(threadIdx.y * blockDim.x + threadIdx.x));
   const int lane = static_cast<int>(threadIdx.y * blockDim.x + threadIdx.x) & 31;
@@ -312,12 +327,11 @@ __device__ __forceinline__ void rope_lean_run(const RopeKernelArgs& a, uint4* ri
   auto fet = cur;
   auto fetch = [&](int stage, int64_t p) {
     const T* x = w.in_at(fet);  // channel fa of the head
-    rg.template fetch<kVecBytes, kDataVia>(stage, 0, x);
-    rg.template fetch<kVecBytes, kDataVia>(stage, R::kVecChunks, x + (fb - fa));
+    rg.template fetch<kVecBytes, kDataViaL1>(stage, 0, x);
+    rg.template fetch<kVecBytes, kDataViaL1>(stage, R::kVecChunks, x + (fb - fa));
     const C *co, *so;
     w.cs_at(fet, p, co, so);
-    rg.template fetch<kCsBytes, CopyVia::kTable>(stage, R::kCos, co);
-    rg.template fetch<kCsBytes, CopyVia::kTable>(stage, R::kSin, so);
+    R::fetch_cos_sin(rg, stage, co, so);
   };
 #pragma unroll
   for (int k = 0; k < S - 1; ++k) {
