@@ -13,6 +13,10 @@
 // Kernel wide<R>: per-thread accesses with each thread's 4 chunks contiguous (64 bytes), grid
 // stride, for comparison with cache_hints.cu's strided chunks.
 // Cold L2, CUDA-event medians (experiment_timing.cuh); every configuration's output is checked.
+// At 2b149e0 (bulk-copy-2b149e0-nvidia-h200.log, 0 values wrong everywhere): at 32768 rows the
+// bulk tiles took 131.23 us for one read and one write (4 KB tiles, 6 stages), as the per-thread
+// forms, against the memcpy's 125.38, and 188.03 for two reads and one write (the memcpy 188.54);
+// 64 contiguous bytes per thread 168.51 / 206.78.
 // Not part of the build:
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90,code=sm_90 -Ibench/experiments \
 //        bench/experiments/bulk_copy.cu -o bulk_copy

@@ -1,11 +1,14 @@
 // The cos/sin table kept in L2: the lean runs read a token's cos/sin row through L1 with the
 // default L2 policy, so between two reads of the same row (a repeated position in one call, or the
 // same positions in the next call: the backward after the forward, or the next layer) some 1.3 GB
-// of q and k streamed past it have evicted it. Built against two builds of the library (the
-// library as it is, and the same with an L2 evict_last policy on the copies that go through L1),
-// this program times the main job's rows that read the table (bf16, 32 + 8 heads, D = 128, neox,
-// f32 cache of P = T rows, random int64 positions in [0, T), cold L2) and checks whether an L2
-// flush evicts what the hinted copies left there:
+// of q and k streamed past it had evicted it. Built against two builds of the library (2b149e0's,
+// and the same with an L2 evict_last policy on cp_async_16_cached, the copies that go through L1),
+// this program timed the main job's rows that read the table (bf16, 32 + 8 heads, D = 128, neox,
+// f32 cache of P = T rows, random int64 positions in [0, T), cold L2) and checked whether an L2
+// flush evicts what the hinted copies left there (table-l2-2b149e0-nvidia-h200.log: rope forward
+// + inverse T = 32768 340.99 / 340.86 -> 334.72 / 334.46 us; the flush evicts the rows). Since
+// 0f6e678 the library keeps an f32 table's rows in L2 itself (LeanRunRing::fetch_cos_sin), so
+// against today's library the program times that, and the probe still applies:
 //   probe: after one call, the flush, then a read of the whole table, timed; against the same
 //   read after the flush alone. Flushes: "read" (the main job's: normal loads of 2 x L2 bytes),
 //   "reset+read" (cudaCtxResetPersistingL2Cache first), "read last" (the flush's loads carry an
