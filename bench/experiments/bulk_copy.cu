@@ -24,9 +24,8 @@
 
 #include <cstdint>
 #include <cstdio>
-#include <vector>
 
-#include "experiment_timing.cuh"
+#include "stream_mix.cuh"
 
 namespace {
 
@@ -71,10 +70,6 @@ __device__ __forceinline__ void bulk_store(void* dst, const void* src, unsigned 
 template <int N>
 __device__ __forceinline__ void bulk_wait_read() {
   asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(N) : "memory");
-}
-
-__host__ __device__ __forceinline__ uint4 xor4(uint4 a, uint4 b) {
-  return make_uint4(a.x ^ b.x, a.y ^ b.y, a.z ^ b.z, a.w ^ b.w);
 }
 
 constexpr unsigned kKey = 0x2545f491u;
@@ -157,37 +152,8 @@ __global__ void __launch_bounds__(1024)
   }
 }
 
-__global__ void count_wrong(const uint4* got, const uint4* want, size_t n,
-                            unsigned long long* bad) {
-  unsigned long long mine = 0;
-  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    const uint4 g = got[i], w = want[i];
-    mine += (g.x != w.x) | (g.y != w.y) | (g.z != w.z) | (g.w != w.w);
-  }
-  if (mine != 0) atomicAdd(bad, mine);
-}
-
-struct Ctx {
-  const uint4 *a, *b;
-  uint4* c;
-  size_t n;
-  int sms;
-  double bytes;
-  const uint4* want;
-  unsigned long long* bad;
-};
-
-unsigned long long wrong(const Ctx& x) {
-  CK(cudaMemset(x.bad, 0, 8));
-  count_wrong<<<4 * x.sms, 512>>>(x.c, x.want, x.n, x.bad);
-  unsigned long long bad = 0;
-  CK(cudaMemcpy(&bad, x.bad, 8, cudaMemcpyDeviceToHost));
-  return bad;
-}
-
 template <int R>
-void run_bulk(const Ctx& x) {
+void run_bulk(const MixCase& x) {
   auto k = bulk<R>;
   CK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, 227 * 1024));
   for (unsigned tile : {4096u, 8192u, 16384u, 32768u}) {
@@ -213,7 +179,7 @@ void run_bulk(const Ctx& x) {
 }
 
 template <int R, int U>
-void run_wide(const Ctx& x) {
+void run_wide(const MixCase& x) {
   const int grids[6][2] = {{1, 512}, {1, 1024}, {2, 512}, {4, 256}, {4, 512}, {8, 256}};
   for (const auto& g : grids) {
     const int blocks = g[0] * x.sms;
@@ -229,56 +195,16 @@ void run_wide(const Ctx& x) {
 }  // namespace
 
 int main() {
-  int sms = 0;
-  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-  std::printf("copy bandwidth (1 GiB memcpy) %.1f GB/s, %d SMs\n",
-              copy_bandwidth_gbps(size_t{1} << 30), sms);
-  const size_t max_bytes = size_t{32768} * 4096 * 2;
-  uint4 *a, *b, *c, *want_d;
-  unsigned long long* bad;
-  CK(cudaMalloc(&bad, 8));
-  CK(cudaMalloc(&want_d, max_bytes));
-  CK(cudaMalloc(&a, max_bytes));
-  CK(cudaMalloc(&b, max_bytes));
-  CK(cudaMalloc(&c, max_bytes));
-  std::vector<uint4> ha(max_bytes / 16), hb(max_bytes / 16);
-  unsigned s = 12345u;
-  for (size_t i = 0; i < ha.size(); ++i) {
-    s = s * 1664525u + 1013904223u;
-    ha[i] = make_uint4(s, s ^ 0x5bd1e995u, static_cast<unsigned>(i), s >> 7);
-    hb[i] = make_uint4(~s, s * 3u, s + 11u, static_cast<unsigned>(i >> 3));
-  }
-  CK(cudaMemcpy(a, ha.data(), max_bytes, cudaMemcpyHostToDevice));
-  CK(cudaMemcpy(b, hb.data(), max_bytes, cudaMemcpyHostToDevice));
-  void *cs, *cd;
-  CK(cudaMalloc(&cs, 3 * max_bytes / 2));
-  CK(cudaMalloc(&cd, 3 * max_bytes / 2));
-  for (int64_t m : {int64_t{32768}, int64_t{4096}}) {
-    const size_t stream = static_cast<size_t>(m) * 4096 * 2, n = stream / 16;
-    for (int r : {1, 2}) {
-      const size_t half = (r + 1) * stream / 2;
-      const float mc =
-          time_med([&] { cudaMemcpyAsync(cd, cs, half, cudaMemcpyDeviceToDevice); }, true, 21);
-      std::printf(
-          "M = %lld rows of 4096 bf16, read %d, write 1: memcpy of the bytes %.2f us "
-          "(%.0f GB/s)\n",
-          static_cast<long long>(m), r, mc, 2.0 * half / mc / 1e3);
-      std::vector<uint4> want(n);
-      for (size_t i = 0; i < n; ++i) {
-        want[i] = r == 1 ? xor4(ha[i], make_uint4(kKey, 0, kKey, 0)) : xor4(ha[i], hb[i]);
-      }
-      CK(cudaMemcpy(want_d, want.data(), n * 16, cudaMemcpyHostToDevice));
-      const Ctx x{a, b, c, n, sms, static_cast<double>((r + 1) * stream), want_d, bad};
-      if (r == 1) {
-        run_wide<1, 1>(x);
-        run_wide<1, 2>(x);
-        run_bulk<1>(x);
-      } else {
-        run_wide<2, 1>(x);
-        run_wide<2, 2>(x);
-        run_bulk<2>(x);
-      }
+  run_mixes(make_uint4(kKey, 0, kKey, 0), [](const MixCase& x, int r) {
+    if (r == 1) {
+      run_wide<1, 1>(x);
+      run_wide<1, 2>(x);
+      run_bulk<1>(x);
+    } else {
+      run_wide<2, 1>(x);
+      run_wide<2, 2>(x);
+      run_bulk<2>(x);
     }
-  }
+  });
   return 0;
 }

@@ -29,9 +29,8 @@
 
 #include <cstdint>
 #include <cstdio>
-#include <vector>
 
-#include "experiment_timing.cuh"
+#include "stream_mix.cuh"
 
 namespace {
 
@@ -104,10 +103,6 @@ __device__ __forceinline__ void store(uint4* p, uint4 v, uint64_t pol) {
   }
 }
 
-__host__ __device__ __forceinline__ uint4 xor4(uint4 a, uint4 b) {
-  return make_uint4(a.x ^ b.x, a.y ^ b.y, a.z ^ b.z, a.w ^ b.w);
-}
-
 template <int R, int L, int S, int O, int U>
 __global__ void hint(const uint4* __restrict__ a, const uint4* __restrict__ b,
                      uint4* __restrict__ c, size_t n) {
@@ -163,17 +158,6 @@ __global__ void hint(const uint4* __restrict__ a, const uint4* __restrict__ b,
   }
 }
 
-__global__ void count_wrong(const uint4* got, const uint4* want, size_t n,
-                            unsigned long long* bad) {
-  unsigned long long mine = 0;
-  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    const uint4 g = got[i], w = want[i];
-    mine += (g.x != w.x) | (g.y != w.y) | (g.z != w.z) | (g.w != w.w);
-  }
-  if (mine != 0) atomicAdd(bad, mine);
-}
-
 struct Best {
   float us = 1e30f;
   int blocks = 0, threads = 0, depth = 0;
@@ -206,18 +190,8 @@ const char* kLoadName[8] = {"ld",          "ld.nc.L1na",  "ld.cs",         "ld.L
                             "ld.evict1st", "cp.async.cg", "cp.async.256B", "cp.async.evict1st"};
 const char* kStoreName[4] = {"st", "st.cg", "st.cs", "st.evict1st"};
 
-struct Ctx {
-  const uint4 *a, *b;
-  uint4* c;
-  size_t n;
-  int sms;
-  double bytes;
-  const uint4* want;  // on the device
-  unsigned long long* bad;
-};
-
 template <int R, int L, int S, int O>
-void report(const Ctx& x) {
+void report(const MixCase& x) {
   const Best b = best_of<R, L, S, O>(x.a, x.b, x.c, x.n, x.sms);
   // Verify the fastest launch's output.
   CK(cudaMemset(x.c, 0, x.n * 16));
@@ -226,23 +200,20 @@ void report(const Ctx& x) {
   if (b.depth == 1) run(hint<R, L, S, O, 1>);
   if (b.depth == 2) run(hint<R, L, S, O, 2>);
   if (b.depth == 4) run(hint<R, L, S, O, 4>);
-  CK(cudaMemset(x.bad, 0, 8));
-  count_wrong<<<4 * x.sms, 512>>>(x.c, x.want, x.n, x.bad);
-  unsigned long long bad = 0;
-  CK(cudaMemcpy(&bad, x.bad, 8, cudaMemcpyDeviceToHost));
+  const unsigned long long bad = wrong(x);
   std::printf("  %-18s %-12s %-6s %9.2f us %6.0f GB/s  %4d x %4d, %d in flight, %llu wrong\n",
               kLoadName[L], kStoreName[S], O == 0 ? "grid" : "block", b.us, x.bytes / b.us / 1e3,
               b.blocks, b.threads, b.depth, bad);
 }
 
 template <int R, int L, int S>
-void both_orders(const Ctx& x) {
+void both_orders(const MixCase& x) {
   report<R, L, S, 0>(x);
   report<R, L, S, 1>(x);
 }
 
 template <int R, int L>
-void all_stores(const Ctx& x) {
+void all_stores(const MixCase& x) {
   both_orders<R, L, 0>(x);
   both_orders<R, L, 1>(x);
   both_orders<R, L, 2>(x);
@@ -250,7 +221,7 @@ void all_stores(const Ctx& x) {
 }
 
 template <int R>
-void all_variants(const Ctx& x) {
+void all_variants(const MixCase& x) {
   all_stores<R, 0>(x);
   all_stores<R, 1>(x);
   all_stores<R, 2>(x);
@@ -264,50 +235,12 @@ void all_variants(const Ctx& x) {
 }  // namespace
 
 int main() {
-  int sms = 0;
-  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-  std::printf("copy bandwidth (1 GiB memcpy) %.1f GB/s, %d SMs\n",
-              copy_bandwidth_gbps(size_t{1} << 30), sms);
-  const size_t max_bytes = size_t{32768} * 4096 * 2;
-  uint4 *a, *b, *c, *want_d;
-  unsigned long long* bad;
-  CK(cudaMalloc(&bad, 8));
-  CK(cudaMalloc(&want_d, max_bytes));
-  CK(cudaMalloc(&a, max_bytes));
-  CK(cudaMalloc(&b, max_bytes));
-  CK(cudaMalloc(&c, max_bytes));
-  std::vector<uint4> ha(max_bytes / 16), hb(max_bytes / 16);
-  unsigned s = 12345u;
-  for (size_t i = 0; i < ha.size(); ++i) {
-    s = s * 1664525u + 1013904223u;
-    ha[i] = make_uint4(s, s ^ 0x5bd1e995u, static_cast<unsigned>(i), s >> 7);
-    hb[i] = make_uint4(~s, s * 3u, s + 11u, static_cast<unsigned>(i >> 3));
-  }
-  CK(cudaMemcpy(a, ha.data(), max_bytes, cudaMemcpyHostToDevice));
-  CK(cudaMemcpy(b, hb.data(), max_bytes, cudaMemcpyHostToDevice));
-  void *cs, *cd;
-  CK(cudaMalloc(&cs, 3 * max_bytes / 2));
-  CK(cudaMalloc(&cd, 3 * max_bytes / 2));
-  for (int64_t m : {int64_t{32768}, int64_t{4096}}) {
-    const size_t stream = static_cast<size_t>(m) * 4096 * 2, n = stream / 16;
-    for (int r : {1, 2}) {
-      const size_t half = (r + 1) * stream / 2;
-      const float mc =
-          time_med([&] { cudaMemcpyAsync(cd, cs, half, cudaMemcpyDeviceToDevice); }, true, 21);
-      std::printf(
-          "M = %lld rows of 4096 bf16, read %d, write 1: memcpy of the bytes %.2f us "
-          "(%.0f GB/s)\n",
-          static_cast<long long>(m), r, mc, 2.0 * half / mc / 1e3);
-      std::vector<uint4> want(n);
-      for (size_t i = 0; i < n; ++i) want[i] = r == 1 ? ha[i] : xor4(ha[i], hb[i]);
-      CK(cudaMemcpy(want_d, want.data(), n * 16, cudaMemcpyHostToDevice));
-      const Ctx x{a, b, c, n, sms, static_cast<double>((r + 1) * stream), want_d, bad};
-      if (r == 1) {
-        all_variants<1>(x);
-      } else {
-        all_variants<2>(x);
-      }
+  run_mixes(make_uint4(0, 0, 0, 0), [](const MixCase& x, int r) {
+    if (r == 1) {
+      all_variants<1>(x);
+    } else {
+      all_variants<2>(x);
     }
-  }
+  });
   return 0;
 }

@@ -1,10 +1,10 @@
 // Helpers shared by the RoPE / QK-norm + RoPE experiments (decode.cu, qk_backward_lean.cu,
 // qk_forward_persistent.cu, rope_lean_run.cu, lean_trigger.cu, lean_head_split.cu,
-// lean_run_dynamic.cu; not part of the build): a library
-// Status check, a kernel's register count, device results copied back as bits, and the standard
-// shape's device inputs (random bf16 values in [-2, 2), the default f32 cos/sin cache, random
-// int64 positions in [0, P)), the standard shape's QK-norm + RoPE call record, and the library's
-// kernel arguments of a validated RoPE or QK-norm + RoPE call.
+// lean_run_dynamic.cu, table_l2.cu; not part of the build): a library Status check, a kernel's
+// register count, device results copied back as bits, the standard shape's device inputs (random
+// bf16 values in [-2, 2), the default f32 cos/sin cache, random int64 positions in [0, P)), its
+// public views and QK-norm + RoPE call record, and the library's kernel arguments of a validated
+// RoPE or QK-norm + RoPE call.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -108,6 +108,32 @@ inline ropenorm::RopeCosSin cache_of(const DeviceCosSin& cs, int64_t rows, int d
                                             ropenorm::Device::cuda(0));
   return c;
 }
+
+/// The public calls' views of the standard shape at t tokens: bf16 heads [t, heads, 128]
+/// (view), fp32 rstd [t, heads] (rstd), cs's positions and cache of t rows (rp, cache), and the
+/// weights at w (wq: q's 128 values, wk: k's, after them).
+struct StandardViews {
+  int64_t t;
+  ropenorm::RopePositions rp;
+  ropenorm::RopeCosSin cache;
+  ropenorm::TensorRef wq, wk;
+  StandardViews(const DeviceCosSin& cs, int64_t tokens, ropenorm::cuda::bf16* w)
+      : t(tokens),
+        rp(positions_of(cs, tokens)),
+        cache(cache_of(cs, tokens, 128)),
+        wq(ropenorm::TensorRef::contiguous(w, ropenorm::DType::kBFloat16, {128},
+                                           ropenorm::Device::cuda(0))),
+        wk(ropenorm::TensorRef::contiguous(w + 128, ropenorm::DType::kBFloat16, {128},
+                                           ropenorm::Device::cuda(0))) {}
+  ropenorm::TensorRef view(void* p, int64_t heads) const {
+    return ropenorm::TensorRef::contiguous(p, ropenorm::DType::kBFloat16, {t, heads, 128},
+                                           ropenorm::Device::cuda(0));
+  }
+  ropenorm::TensorRef rstd(float* p, int64_t heads) const {
+    return ropenorm::TensorRef::contiguous(p, ropenorm::DType::kFloat32, {t, heads},
+                                           ropenorm::Device::cuda(0));
+  }
+};
 
 /// The call record of the standard shape at T tokens: bf16 q [T, 32, 128] and k [T, 8, 128]
 /// (outputs qo, ko), bf16 weights w (q's D values, then k's), neox, the f32 cache of `table`

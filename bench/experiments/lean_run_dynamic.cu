@@ -232,7 +232,6 @@ int main() {
               regs_of(reinterpret_cast<const void*>(dyn_qk_kernel<Order::kBlock>)),
               regs_of(reinterpret_cast<const void*>(dyn_qk_kernel<Order::kWarp>)));
   std::printf("copy bandwidth %.1f GB/s\n", copy_bandwidth_gbps(size_t{1} << 30));
-  const Device d0 = Device::cuda(0);
   const size_t smem = static_cast<size_t>(core::rope_lean_run_ring_bytes(2, 4, kThreads));
   const void* kernels[] = {reinterpret_cast<const void*>(dyn_rope_kernel<Order::kStatic>),
                            reinterpret_cast<const void*>(dyn_rope_kernel<Order::kBlock>),
@@ -247,18 +246,14 @@ int main() {
   const char* order_names[] = {"static", "dynamic per block", "dynamic per warp"};
   for (int64_t t : {int64_t{32768}, int64_t{65536}}) {
     const DeviceCosSin csd = device_cos_sin(rng, t, kD, t);
-    auto view = [&](void* p, int64_t heads) {
-      return TensorRef::contiguous(p, DType::kBFloat16, {t, heads, kD}, d0);
-    };
-    auto rstd = [&](float* p, int64_t heads) {
-      return TensorRef::contiguous(p, DType::kFloat32, {t, heads}, d0);
-    };
-    const RopePositions rp = positions_of(csd, t);
-    const RopeCosSin cs = cache_of(csd, t, kD);
+    const StandardViews sv(csd, t, w);
+    auto view = [&](void* p, int64_t heads) { return sv.view(p, heads); };
+    auto rstd = [&](float* p, int64_t heads) { return sv.rstd(p, heads); };
+    const RopePositions& rp = sv.rp;
+    const RopeCosSin& cs = sv.cache;
     RopeParams prm, inv;
     inv.inverse = true;
-    const TensorRef twq = TensorRef::contiguous(w, DType::kBFloat16, {kD}, d0);
-    const TensorRef twk = TensorRef::contiguous(w + kD, DType::kBFloat16, {kD}, d0);
+    const TensorRef &twq = sv.wq, &twk = sv.wk;
     QkNormParams np;
     const int64_t grid = std::min<int64_t>(t, int64_t{sms} * 2);
     const dim3 g(static_cast<unsigned>(grid)), b(kLanes, kRows);

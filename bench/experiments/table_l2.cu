@@ -85,33 +85,26 @@ int main() {
   float *rq, *rk;
   CK(cudaMalloc(&rq, tmax * kHq * 4));
   CK(cudaMalloc(&rk, tmax * kHk * 4));
-  const Device d0 = Device::cuda(0);
   for (int64_t t : {int64_t{32768}, int64_t{65536}}) {
     const DeviceCosSin csd = device_cos_sin(rng, t, kD, t);
-    auto view = [&](void* p, int64_t heads) {
-      return TensorRef::contiguous(p, DType::kBFloat16, {t, heads, kD}, d0);
-    };
-    auto rstd = [&](float* p, int64_t heads) {
-      return TensorRef::contiguous(p, DType::kFloat32, {t, heads}, d0);
-    };
-    const RopePositions rp = positions_of(csd, t);
-    const RopeCosSin cs = cache_of(csd, t, kD);
+    const StandardViews sv(csd, t, w);
     RopeParams fwd, inv;
     inv.inverse = true;
-    const TensorRef twq = TensorRef::contiguous(w, DType::kBFloat16, {kD}, d0);
-    const TensorRef twk = TensorRef::contiguous(w + kD, DType::kBFloat16, {kD}, d0);
     QkNormParams np;
     auto rope_f = [&] {
-      check(rope(view(q, kHq), view(k, kHk), view(yq, kHq), view(yk, kHk), rp, cs, fwd, nullptr),
+      check(rope(sv.view(q, kHq), sv.view(k, kHk), sv.view(yq, kHq), sv.view(yk, kHk), sv.rp,
+                 sv.cache, fwd, nullptr),
             "rope");
     };
     auto rope_b = [&] {
-      check(rope(view(gq, kHq), view(gk, kHk), view(dq, kHq), view(dk, kHk), rp, cs, inv, nullptr),
+      check(rope(sv.view(gq, kHq), sv.view(gk, kHk), sv.view(dq, kHq), sv.view(dk, kHk), sv.rp,
+                 sv.cache, inv, nullptr),
             "rope inverse");
     };
     auto qk = [&] {
-      check(qk_norm_rope(view(q, kHq), view(k, kHk), twq, twk, view(yq, kHq), view(yk, kHk),
-                         rstd(rq, kHq), rstd(rk, kHk), rp, cs, fwd, np, nullptr),
+      check(qk_norm_rope(sv.view(q, kHq), sv.view(k, kHk), sv.wq, sv.wk, sv.view(yq, kHq),
+                         sv.view(yk, kHk), sv.rstd(rq, kHq), sv.rstd(rk, kHk), sv.rp, sv.cache, fwd,
+                         np, nullptr),
             "qk_norm_rope");
     };
     std::printf("T = %lld: rope %.2f us | rope forward + inverse %.2f | qk_norm_rope %.2f\n",
