@@ -20,8 +20,9 @@
 // the host's XOR for every variant at its fastest launch.
 // At 2b149e0 (cache-hints-2b149e0-nvidia-h200.log): at 32768 rows no variant beat ld + st (130.82
 // us for one read and one write, the memcpy 125.25; 188.58 for two reads and one write, the
-// memcpy 188.42) or the library's cp.async.cg + st.cg (131.01 / 188.93); evict_first and cs cost
-// about 3% on the loads, the 256-byte prefetch 1-7%, block ranges 4-5% (docs/performance.md).
+// memcpy 188.42; the library's cp.async.cg + st.cg 131.01 / 188.93); evict_first and cs cost 3-5%
+// on the loads and 0-1% on the stores, the 256-byte prefetch 0.7-6.8%, block ranges 2.6-4.5%
+// (docs/performance.md).
 // Not part of the build:
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90,code=sm_90 -Ibench/experiments \
 //        bench/experiments/cache_hints.cu -o cache_hints

@@ -25,7 +25,9 @@
 // (bench/results/lean-run-dynamic-87cc491-nvidia-h200.log): the same bits and counters back at
 // zero everywhere, but per block 22-28% slower than the static order (RoPE T = 65536 416.48
 // against 340.48 us, QK-norm + RoPE 441.06 against 345.98) and per warp 2.6-2.9x (992.67,
-// 998.46); the static copy within 0.6% of the library's call. Not taken. Not part of the build:
+// 998.46); the static copy within 0.6% of the library's call. Not taken. Since 0f6e678 the
+// kernels copy the cos/sin rows with the library's L2 policy (LeanRunRing::fetch_cos_sin), which
+// those timings predate. Not part of the build:
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90,code=sm_90 -Iinclude -Isrc \
 //        bench/experiments/lean_run_dynamic.cu build/libropenorm.a -o lean_run_dynamic
 #include <cuda_runtime.h>

@@ -205,9 +205,10 @@ struct LeanRunRing {
 
   /// Starts the copies of a token's cos and sin chunks (co, so: the lane's c_i and s_i) into
   /// `stage`, through L1. An f32 table's rows are kept in L2 (ThreadRing::fetch_table); a 16-bit
-  /// table's take the default policy, because ptxas (CUDA 13.0) gives the hinted copy in their
-  /// neox ring kernels a descriptor in uniform registers nothing sets, which fails on sm_90 with
-  /// an illegal instruction (tests/cpp/sass_check.cmake looks for that form in the library).
+  /// table's take the default policy, because ptxas (CUDA 13.0) compiles the hinted copy in their
+  /// neox ring kernels to a form (a uniform-register offset beside the descriptor, in registers
+  /// the kernel does not write) that failed on sm_90 with an illegal instruction
+  /// (tests/cpp/sass_check.sh looks for that form in the library).
   __device__ __forceinline__ static void fetch_cos_sin(const Ring& rg, int stage, const C* co,
                                                        const C* so) {
     if constexpr (sizeof(C) == 4) {
