@@ -49,28 +49,22 @@ struct ThreadRing {
   }
 
   /// Starts copying kBytes (a multiple of 16; src 16-byte aligned) into chunks chunk,
-  /// chunk + 1, ... of `stage`; kCached: through L1 (rows other threads of the block read too).
-  template <int kBytes, bool kCached>
+  /// chunk + 1, ... of `stage`; kCached: through L1 (rows other threads of the block read too);
+  /// kKeep (with kCached): a table row also kept in L2 (cp_async_16_table).
+  template <int kBytes, bool kCached, bool kKeep = false>
   __device__ __forceinline__ void fetch(int stage, int chunk, const void* src) const {
     static_assert(kBytes % 16 == 0, "ring slots hold 16-byte chunks");
+    static_assert(kCached || !kKeep, "rows kept in L2 are copied through L1");
 #pragma unroll
     for (int c = 0; c < kBytes / 16; ++c) {
       const void* from = static_cast<const unsigned char*>(src) + 16 * c;
-      if constexpr (kCached) {
+      if constexpr (kKeep) {
+        cp_async_16_table(slot(stage, chunk + c), from);
+      } else if constexpr (kCached) {
         cp_async_16_cached(slot(stage, chunk + c), from);
       } else {
         cp_async_16(slot(stage, chunk + c), from);
       }
-    }
-  }
-
-  /// As fetch<kBytes, true>, for a table row kept in L2 (cp_async_16_table).
-  template <int kBytes>
-  __device__ __forceinline__ void fetch_table(int stage, int chunk, const void* src) const {
-    static_assert(kBytes % 16 == 0, "ring slots hold 16-byte chunks");
-#pragma unroll
-    for (int c = 0; c < kBytes / 16; ++c) {
-      cp_async_16_table(slot(stage, chunk + c), static_cast<const unsigned char*>(src) + 16 * c);
     }
   }
 

@@ -204,20 +204,16 @@ struct LeanRunRing {
   static constexpr int kCos = 2 * kVecChunks, kSin = kCos + kCsChunks;  ///< cos/sin chunks
 
   /// Starts the copies of a token's cos and sin chunks (co, so: the lane's c_i and s_i) into
-  /// `stage`, through L1. An f32 table's rows are kept in L2 (ThreadRing::fetch_table); a 16-bit
+  /// `stage`, through L1. An f32 table's rows are kept in L2 (ThreadRing::fetch's kKeep); a 16-bit
   /// table's take the default policy, because ptxas (CUDA 13.0) compiles the hinted copy in their
   /// neox ring kernels to a form (a uniform-register offset beside the descriptor, in registers
   /// the kernel does not write) that failed on sm_90 with an illegal instruction
   /// (tests/cpp/sass_check.sh looks for that form in the library).
   __device__ __forceinline__ static void fetch_cos_sin(const Ring& rg, int stage, const C* co,
                                                        const C* so) {
-    if constexpr (sizeof(C) == 4) {
-      rg.template fetch_table<16 * kCsChunks>(stage, kCos, co);
-      rg.template fetch_table<16 * kCsChunks>(stage, kSin, so);
-    } else {
-      rg.template fetch<16 * kCsChunks, true>(stage, kCos, co);
-      rg.template fetch<16 * kCsChunks, true>(stage, kSin, so);
-    }
+    constexpr bool kKeep = sizeof(C) == 4;
+    rg.template fetch<16 * kCsChunks, true, kKeep>(stage, kCos, co);
+    rg.template fetch<16 * kCsChunks, true, kKeep>(stage, kSin, so);
   }
 
   /// A round's inputs once `stage` of rg has landed: the lane's two vectors (io.gather, io on
