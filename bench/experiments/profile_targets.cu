@@ -10,6 +10,7 @@
 //   rms_bwd_1024  rms_norm_backward, bf16, M = 32768, N = 1024 (the warp-per-row ring), saved rstd
 //   rms_bwd_4096  rms_norm_backward, bf16, M = 4096, N = 4096 (the block ring, few rows per block)
 //   rms_bwd_32768 rms_norm_backward, bf16, M = 32768, N = 4096 (the block ring, many rows)
+//   rms_bwd_32768x4095  the same at N = 4095 (rows of varying phase: partials in a shared table)
 //   rms_bwd_1x1024  rms_norm_backward, bf16, M = 1, N = 1024 (one warp; 7.99 us in a graph at
 //                 d0d8d65, slower than N = 4096's 6.18 and than the unfused baseline's 7.30)
 //   rms_fwd_4096  rms_norm, bf16, M = 4096, N = 4096, rstd saved
@@ -182,11 +183,14 @@ bool run_target(const std::string& name) {
     const TensorRef tw = vec(w, DType::kBFloat16, n);
     call = [=] { check(rms_norm(tx, tw, ty, TensorRef(), fp), "rms_norm"); };
   } else if (name == "rms_bwd_1024" || name == "rms_bwd_4096" || name == "rms_fwd_4096" ||
-             name == "rms_bwd_1x1024" || name == "rms_bwd_32768") {
-    const int64_t m = name == "rms_bwd_1024" || name == "rms_bwd_32768"
-                          ? 32768
-                          : (name == "rms_bwd_1x1024" ? 1 : 4096);
-    const int64_t n = name == "rms_bwd_1024" || name == "rms_bwd_1x1024" ? 1024 : 4096;
+             name == "rms_bwd_1x1024" || name == "rms_bwd_32768" || name == "rms_bwd_32768x4095") {
+    const int64_t m =
+        name == "rms_bwd_1024" || name == "rms_bwd_32768" || name == "rms_bwd_32768x4095"
+            ? 32768
+            : (name == "rms_bwd_1x1024" ? 1 : 4096);
+    const int64_t n = name == "rms_bwd_1024" || name == "rms_bwd_1x1024"
+                          ? 1024
+                          : (name == "rms_bwd_32768x4095" ? 4095 : 4096);
     const size_t elems = static_cast<size_t>(m * n);
     void* x = device_alloc(elems * 2);
     void* dy = device_alloc(elems * 2);
@@ -227,7 +231,8 @@ int main(int argc, char** argv) {
   if (argc < 2) {
     std::printf(
         "usage: %s TARGET...  (qk_fwd qk_bwd rope_fwd rope_fwd_256 rms_bwd_1024 rms_bwd_4096 "
-        "rms_bwd_32768 rms_bwd_1x1024 rms_fwd_4096 rms_fwd_1x4096 rms_fwd_512x8192)\n",
+        "rms_bwd_32768 rms_bwd_32768x4095 rms_bwd_1x1024 rms_fwd_4096 rms_fwd_1x4096 "
+        "rms_fwd_512x8192)\n",
         argv[0]);
     return 2;
   }

@@ -37,6 +37,20 @@ RmsNormBwdPlan two_pass(int vec) {
 
 int64_t round_up(int64_t a, int64_t b) { return (a + b - 1) / b * b; }
 
+// Rows of varying phase (smem_acc) take their weight factors from a shared table in the
+// partials' slot layout (bank-conflict free at every phase) where it fits in `budget`: read per
+// element from global memory, the columns a warp reads lie 16 bytes apart, a 32-byte sector per
+// 2- or 4-byte factor. The table does not change the path or the split.
+RmsNormBwdPlan with_weight_table(RmsNormBwdPlan p, int64_t n, int64_t budget) {
+  if (!p.smem_acc) return p;
+  const int64_t bytes = bwd_table_lanes(n, p.vec) * p.vec * 4;
+  if (p.smem_bytes + bytes <= budget) {
+    p.smem_bytes += bytes;
+    p.stage_weights = true;
+  }
+  return p;
+}
+
 }  // namespace
 
 // Scratch, the weight slots (or, for rows of varying phase, the partials tables, never larger:
@@ -67,7 +81,7 @@ RmsNormBwdPlan plan_rms_norm_backward(int64_t n, int vec, bool uniform_phase, bo
     for (int r : {8, 4, 2, 1}) {
       p.rows_per_block = r;
       p.smem_bytes = bwd_smem_bytes(p, ring_elem_bytes, has_weight);
-      if (p.smem_bytes <= kBwdSmemBudget) return p;
+      if (p.smem_bytes <= kBwdSmemBudget) return with_weight_table(p, n, kBwdSmemBudget);
     }
     return two_pass(vec);
   }
@@ -94,7 +108,7 @@ RmsNormBwdPlan plan_rms_norm_backward(int64_t n, int vec, bool uniform_phase, bo
   p.stages = kBwdBlockStages;
   for (int64_t budget : {kBwdSmemBudget, kBwdSmemBudgetWide}) {
     p.smem_bytes = bwd_smem_bytes(p, ring_elem_bytes, has_weight);
-    if (p.smem_bytes <= budget) return p;
+    if (p.smem_bytes <= budget) return with_weight_table(p, n, budget);
   }
   return two_pass(vec);
 }

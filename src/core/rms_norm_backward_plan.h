@@ -66,6 +66,10 @@ struct RmsNormBwdPlan {
   int rows_per_block = 1;  ///< warp path: warps per block, each with its own rows
   int stages = 4;          ///< ring depth (ring paths)
   bool smem_acc = false;   ///< dw partials in shared memory (rows whose 16-byte phase varies)
+  /// smem_acc: the weight factors staged once per block in a shared table of
+  /// bwd_table_lanes(n, vec) * vec floats (counted in smem_bytes), where it fits the plan's
+  /// budget; else read per element from global memory. The same factors either way.
+  bool stage_weights = false;
   int64_t smem_bytes = 0;  ///< dynamic shared memory per block
 };
 

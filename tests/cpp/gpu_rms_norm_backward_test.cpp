@@ -317,6 +317,36 @@ TEST(GpuRmsNormBackward, DwIndependentOfWorkspaceAlignment) {
   }
 }
 
+// Rows of varying phase read their weight factors from a table staged in shared memory where the
+// plan has room for it (N = 4095) and per element from global memory where not (N = 8191 on
+// 16-bit rows without ds, whose ring takes 100 KB of the 110 KB that keep two blocks per SM;
+// with ds its ring is past that budget and the wide one leaves room for the table): both forms
+// against the oracle, with a weight dtype of its own, the Gemma offset, the fused add and a
+// recomputed rstd. BatchInvariance below checks both forms' dx bits against a single row's.
+TEST(GpuRmsNormBackward, VaryingPhaseWeightFactors) {
+  ROPENORM_REQUIRE_GPU();
+  uint64_t seed = 900;
+  for (int64_t n : {4095, 8191}) {
+    const core::RmsNormBwdPlan plan = core::plan_rms_norm_backward(n, 8, false, true, 4, true);
+    ASSERT_TRUE(plan.smem_acc) << n;
+    ASSERT_EQ(plan.stage_weights, n == 4095) << n;
+    for (DType dt : {DType::kBFloat16, DType::kFloat16}) {
+      for (DType wt : {dt, DType::kFloat32}) {
+        for (bool fused : {false, true}) {
+          RmsNormBackwardCase c = same_dtype(37, n, dt, seed++);
+          c.w_dtype = wt;
+          c.fused = fused;
+          c.has_ds = fused;
+          expect_pass(c);
+          c.params.weight_offset = 1.0f;
+          c.give_rstd = false;
+          expect_pass(c);
+        }
+      }
+    }
+  }
+}
+
 // A row's dx is bitwise the same whatever the number of rows in the call: bf16 over the paths;
 // f32 (whose outputs show any change of the reduction order) for rows with edge elements and for
 // rows whose 16-byte phase varies only in a batch (a padded pitch: a single row has one phase);
@@ -332,6 +362,7 @@ TEST(GpuRmsNormBackward, BatchInvariance) {
   const Width widths[] = {{64, DType::kBFloat16, 0},
                           {4096, DType::kBFloat16, 0},
                           {4095, DType::kBFloat16, 0},
+                          {8191, DType::kBFloat16, 0},
                           {8192, DType::kBFloat16, 0},
                           {65536, DType::kBFloat16, 0},
                           {4095, DType::kFloat32, 0},

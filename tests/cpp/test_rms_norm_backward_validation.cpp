@@ -404,6 +404,23 @@ TEST(CpuRmsNormBackwardPlan, BlockPathSplit) {
     EXPECT_EQ(one.vpt, many.vpt) << n;
     EXPECT_EQ(one.threads, many.threads) << n;
   }
+  // Rows of varying phase stage the weight factors in a shared table where the budget has room
+  // for it (one float per table slot on top of the single row's bytes), else read them per
+  // element; rows of one phase never take the table.
+  for (int64_t n : {63, 1023, 4095, 8191, 8199, 16383}) {
+    const core::RmsNormBwdPlan one = core::plan_rms_norm_backward(n, 8, true, true, 4, true);
+    const core::RmsNormBwdPlan many = core::plan_rms_norm_backward(n, 8, false, true, 4, true);
+    const int64_t table = core::bwd_table_lanes(n, 8) * 8 * 4;
+    EXPECT_FALSE(one.stage_weights) << n;
+    // 8191 (100 KB) would pass the budget of two blocks per SM, 16383 (196 KB) the wide one.
+    EXPECT_EQ(many.stage_weights, n != 8191 && n != 16383) << n;
+    EXPECT_EQ(many.smem_bytes, one.smem_bytes + (many.stage_weights ? table : 0)) << n;
+    EXPECT_EQ(one.path, many.path) << n;
+    EXPECT_EQ(one.vpt, many.vpt) << n;
+    EXPECT_EQ(one.threads, many.threads) << n;
+    EXPECT_EQ(one.rows_per_block, many.rows_per_block) << n;
+  }
+  EXPECT_FALSE(core::plan_rms_norm_backward(4095, 8, false, true, 4, false).stage_weights);
   // The f32 residual stream (f32 s with 16-bit dy, 6 bytes per column) too: both kinds of ring
   // kernels exist for the pair, so a batch of varying phase takes the ring a single row takes.
   const bool mixed = core::bwd_ring_kernels(DType::kFloat32, DType::kBFloat16);

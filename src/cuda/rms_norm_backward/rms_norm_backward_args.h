@@ -27,6 +27,8 @@ struct RmsNormBwdKernelArgs {
   DType dres_dtype;
   float eps;
   float w_offset;
+  bool w_table;  // rows of varying phase: the weight factors staged in shared memory (the plan's
+                 // stage_weights), else read per element from global memory
 };
 
 }  // namespace ropenorm::cuda

@@ -23,8 +23,11 @@
 //    partials[blockIdx.x, :]; on the warp path its R warps' partials are first added in warp
 //    order through shared memory. Rows are summed in the fixed order the block visits them.
 //  - Weight factors (w + o), fp32: with a uniform phase each thread writes its own columns'
-//    factors once to its own shared slots (and reads only those); otherwise (kSmemAcc) they are
-//    read per row from global memory (the weight stays in L1). The partials tables use slot
+//    factors once to its own shared slots (and reads only those); otherwise (kSmemAcc) the
+//    block stages all n of them once into a shared table (the threads take columns flat,
+//    flat + block threads, ...; the barrier before the first row orders the writes before any
+//    read) where the plan made room for it (a.w_table), else they are read per row from global
+//    memory (the weight stays in L1). The partials and weight tables use slot
 //    (c % V) * lanes + c / V: conflict-free for any phase.
 //  - two-pass kernel (rows too wide for the ring, or scalar access): the block owns rows
 //    blockIdx.x, blockIdx.x + gridDim.x, ...; thread t loops over vectors t, t + T, ...; pass one
@@ -222,19 +225,50 @@ __device__ __forceinline__ float bwd_stage_own_weights(const RmsNormBwdKernelArg
   return wf_e;
 }
 
-/// Weight factors (w + o) of a thread's vector k, columns col .. col + V - 1 of the row: from its
-/// own shared slots `own` (uniform phase; V / 4 float4 chunks per vector, consecutive threads in
-/// consecutive chunks), from global memory (kSmemAcc: the columns move with the row's phase; the
-/// weight stays in L1), or 1 without a weight (kPlain: a weight is given).
+/// Stages the weight factors (w + o) of all n columns at their slots (bwd_slot) of the shared
+/// table w_tab, for rows of varying phase (kSmemAcc): thread `first` of `stride` takes columns
+/// first, first + stride, ..., the loads of up to 8 of them issued before their stores, so the
+/// block waits about one round trip. Each factor is the value the per-element form computes.
+template <int V>
+__device__ __forceinline__ void bwd_stage_weight_table(const RmsNormBwdKernelArgs& a, float* w_tab,
+                                                       int lanes, int first, int stride) {
+  constexpr int kBatch = 8;
+  for (int64_t base = first; base < a.n; base += int64_t{kBatch} * stride) {
+    float w[kBatch];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int64_t c = base + int64_t{u} * stride;
+      w[u] = c < a.n ? load_dyn(a.weight, a.w_dtype, c) : 0.0f;
+    }
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int64_t c = base + int64_t{u} * stride;
+      if (c < a.n) w_tab[bwd_slot<V>(static_cast<int>(c), lanes)] = w[u] + a.w_offset;
+    }
+  }
+}
+
+/// Weight factors (w + o) of a thread's vector k (the row's vector j), columns col .. col + V - 1
+/// of the row: from its own shared slots `own` (uniform phase; V / 4 float4 chunks per vector,
+/// consecutive threads in consecutive chunks); for kSmemAcc (the columns move with the row's
+/// phase) from the block's staged table `own` at the columns' slots sbase[i] + j
+/// (bwd_stage_weight_table) or, without one, from global memory (the weight stays in L1); or 1
+/// without a weight (kPlain: a weight is given).
 template <int V, bool kSmemAcc, bool kPlain = false>
 __device__ __forceinline__ void bwd_weights(const RmsNormBwdKernelArgs& a, const float* own, int k,
-                                            int64_t col, int tid, int nthreads, float (&f)[V]) {
+                                            int j, int64_t col, const int (&sbase)[V], int tid,
+                                            int nthreads, float (&f)[V]) {
   if (!BwdParts<kPlain>::weight(a)) {
 #pragma unroll
     for (int i = 0; i < V; ++i) f[i] = 1.0f;
   } else if constexpr (kSmemAcc) {
+    if (own != nullptr) {
 #pragma unroll
-    for (int i = 0; i < V; ++i) f[i] = load_dyn(a.weight, a.w_dtype, col + i) + a.w_offset;
+      for (int i = 0; i < V; ++i) f[i] = own[sbase[i] + j];
+    } else {
+#pragma unroll
+      for (int i = 0; i < V; ++i) f[i] = load_dyn(a.weight, a.w_dtype, col + i) + a.w_offset;
+    }
   } else {
 #pragma unroll
     for (int c = 0; c < V / 4; ++c) {
@@ -251,7 +285,8 @@ __device__ __forceinline__ void bwd_weights(const RmsNormBwdKernelArgs& a, const
 /// Reads one row's share back from stage s (twice), writes dx (and dresidual) and adds the
 /// row's dy * xh to the thread's partials (registers acc / acc_e, or the shared table acc_tab).
 /// Weight factors: the thread's own slots `own` and its edge column's factor wf_e (uniform phase),
-/// else read from global memory. kPlain: the facts core::bwd_plain_call fixes hold (a weight, the
+/// else (kSmemAcc) the block's staged table `own` at the columns' slots, or global memory where
+/// `own` is null. kPlain: the facts core::bwd_plain_call fixes hold (a weight, the
 /// rstd saved, dw wanted, no ds, no dresidual, dx in the input's dtype), so none is tested.
 template <typename Tin, typename Tdy, int V, int VPT, int S, bool kWarp, bool kSmemAcc,
           bool kPlain = false>
@@ -285,8 +320,8 @@ __device__ __forceinline__ void bwd_consume_row(const RmsNormBwdKernelArgs& a, i
       float dyv[V], xv[V], f[V];
       load_pack<Tdy, V>(reinterpret_cast<const Tdy*>(ring.dy_slot(s, k)), dyv);
       load_pack<Tin, V>(reinterpret_cast<const Tin*>(ring.x_slot(s, k)), xv);
-      bwd_weights<V, kSmemAcc, kPlain>(a, own, k, p + static_cast<int64_t>(j) * V, tid, nthreads,
-                                       f);
+      bwd_weights<V, kSmemAcc, kPlain>(a, own, k, j, p + static_cast<int64_t>(j) * V, sbase, tid,
+                                       nthreads, f);
 #pragma unroll
       for (int i = 0; i < V; ++i) {
         sum_gx += rms_bwd_g(dyv[i], f[i]) * xv[i];
@@ -298,7 +333,10 @@ __device__ __forceinline__ void bwd_consume_row(const RmsNormBwdKernelArgs& a, i
   if (has_edge) {
     e_dy = storage_to_float<Tdy>(e.dy);
     e_x = storage_to_float<Tin>(e.x);
-    if (kSmemAcc && a.weight != nullptr) e_wf = load_dyn(a.weight, a.w_dtype, e_col) + a.w_offset;
+    if (kSmemAcc && a.weight != nullptr) {
+      e_wf = own != nullptr ? own[bwd_slot<V>(static_cast<int>(e_col), lanes)]
+                            : load_dyn(a.weight, a.w_dtype, e_col) + a.w_offset;
+    }
     sum_gx += rms_bwd_g(e_dy, e_wf) * e_x;
     if (recompute) sum_sq += e_x * e_x;
   }
@@ -319,8 +357,8 @@ __device__ __forceinline__ void bwd_consume_row(const RmsNormBwdKernelArgs& a, i
       float dyv[V], xv[V], f[V], out[V];
       load_pack<Tdy, V>(reinterpret_cast<const Tdy*>(ring.dy_slot(s, k)), dyv);
       load_pack<Tin, V>(reinterpret_cast<const Tin*>(ring.x_slot(s, k)), xv);
-      bwd_weights<V, kSmemAcc, kPlain>(a, own, k, p + static_cast<int64_t>(j) * V, tid, nthreads,
-                                       f);
+      bwd_weights<V, kSmemAcc, kPlain>(a, own, k, j, p + static_cast<int64_t>(j) * V, sbase, tid,
+                                       nthreads, f);
 #pragma unroll
       for (int i = 0; i < V; ++i) {
         const float xh = xv[i] * r;
@@ -406,8 +444,10 @@ __device__ __forceinline__ void bwd_store_partials(float* dst, bool table, int l
 /// shared memory: 32 floats of scratch; with a weight, every thread's own weight slots (VPT * V
 /// floats each) or, for kSmemAcc, one partials table (lanes * V floats) per warp (warp path) or
 /// for the block; per warp (or for the block) S rstd slots per thread; then per warp (or for the
-/// block) the ring's dy, x and ds regions. kPlain: launched only for calls core::bwd_plain_call
-/// accepts, whose facts it then takes as fixed (the same bits as the general form).
+/// block) the ring's dy, x and ds regions; then, for kSmemAcc where the plan made room
+/// (a.w_table), the block's table of weight factors (lanes * V floats). kPlain: launched only for
+/// calls core::bwd_plain_call accepts, whose facts it then takes as fixed (the same bits as the
+/// general form).
 template <typename Tin, typename Tdy, int V, int VPT, int S, bool kWarp, bool kSmemAcc,
           bool kPlain = false>
 __global__ void __launch_bounds__(core::kBwdMaxThreads, VPT <= 2 ? 2 : 1)
@@ -431,6 +471,11 @@ __global__ void __launch_bounds__(core::kBwdMaxThreads, VPT <= 2 ? 2 : 1)
   const int64_t dy_region = static_cast<int64_t>(S) * VPT * nthreads * R::kDyBytes;
   const int64_t x_region = static_cast<int64_t>(S) * VPT * nthreads * R::kXBytes;
   const int64_t slice_bytes = dy_region + x_region + (BwdParts<kPlain>::ds(a) ? x_region : 0);
+  // Rows of varying phase: the block's weight factors in a table after the ring, when the plan
+  // made room for it (a.w_table); they then travel in w_own's place.
+  if constexpr (kSmemAcc) {
+    if (a.w_table) w_own = reinterpret_cast<float*>(ring_base + slices * slice_bytes);
+  }
   R ring;
   ring.nthreads = nthreads;
   ring.tid = threadIdx.x;
@@ -474,6 +519,7 @@ __global__ void __launch_bounds__(core::kBwdMaxThreads, VPT <= 2 ? 2 : 1)
   }
   if constexpr (kSmemAcc) {
     for (int i = flat; i < slices * table; i += block_threads) acc_base[i] = 0.0f;
+    if (w_own != nullptr) bwd_stage_weight_table<V>(a, w_own, lanes, flat, block_threads);
   }
   __syncthreads();
 

@@ -93,6 +93,7 @@ Status run_rms_norm_backward(const core::RmsNormBackwardCall& c, Stream stream) 
       n, vec, uniform_phase(ref.rows, ref.elem_size), core::bwd_ring_kernels(c.x.dtype, c.dy.dtype),
       ring_elem_bytes, c.weight.defined());
   a.lanes = core::bwd_table_lanes(n, plan.vec);
+  a.w_table = plan.stage_weights;
 
   int64_t grid = 0;
   auto launch = [&](auto xtag) -> Status {
