@@ -9,7 +9,8 @@
 // block ring (function narrow), and single rows by part (function single); with "stages" it also
 // times the plain ring kernel at 2 (the library's), 3 and 4 stages (function stages), with
 // "general" the general ring kernel at 2 and 3 (function general), with "fixed" the plain call's
-// per-launch cost by row count (function fixed); with "splits" it also times
+// per-launch cost by row count (function fixed), with "odd" rows of varying phase (N = 4095) by
+// split and ring depth (function odd); with "splits" it also times
 // the block-per-row ring kernel at every threads x vectors-per-thread split that fits (the
 // most elementwise ulps by which dx differs from the production plan's at M = 4096: a different
 // reduction order, amplified where g and xh * mean nearly cancel). Question: what sets the time
@@ -601,6 +602,103 @@ void fixed(void* x, void* dy, void* ds, void* dx, void* dres, void* w, void* dw,
   }
 }
 
+// Ring kernel for rows of varying phase (shared partials table, weight factors staged in shared
+// memory: a.w_table) at VPT vectors per thread and S stages on the split that gives (threads
+// rounded up to warps), launched directly; false when it does not fit.
+template <int VPT, int S>
+bool odd_ring(const cuda::RmsNormBwdKernelArgs& a, int ring_bytes, int64_t* grid) {
+  core::RmsNormBwdPlan p;
+  p.path = core::RmsNormBwdPath::kBlockPerRow;
+  p.vec = 8;
+  p.vpt = VPT;
+  p.stages = S;
+  p.rows_per_block = 1;
+  p.smem_acc = true;
+  p.stage_weights = true;
+  const int64_t lanes = core::bwd_table_lanes(a.n, 8);
+  p.threads = static_cast<int>(((lanes + VPT - 1) / VPT + 31) / 32 * 32);
+  if (p.threads > core::kBwdMaxThreads) return false;
+  p.smem_bytes = core::bwd_smem_bytes(p, ring_bytes, true) + lanes * 8 * 4;
+  return launch_ring(cuda::rms_norm_bwd_rows_kernel<cuda::bf16, cuda::bf16, 8, VPT, S, false, true>,
+                     a, p, grid);
+}
+
+// Rows of varying phase (N = 4095, contiguous bf16 rows: the shared partials table, and the
+// weight factors staged once per block in shared memory since this mode was added) at 512 x 1,
+// 256 x 2 and 128 x 4 with 2 and 3 ring stages, each with the column sum, against the public call
+// (512 x 1 at 2 stages); dx compared in ulps (another split changes a row's reduction order).
+// Question: with the weight no longer read per element from global memory, is the widest block
+// (the plan's choice for rows with edge elements) still the fastest? No (at 7bcbdab,
+// bench/results/rms-bwd-odd-7bcbdab-nvidia-h200.log): 256 x 2 at 2 stages was the fastest of
+// the six for both ops and row counts (plain M = 32768 332.64 against 408.48 us at 512 x 1,
+// M = 4096 57.70 against 64.70; fused add 432.54 against 458.46 and 70.34 against 71.94), with
+// 3 blocks per SM where 512 x 1 fits 2; 3 stages lost at every split, 128 x 4 lost to 512 x 1
+// for the fused add. The plan takes 256 x 2 for N = 4095 since (core::kBwdEdgeRowThreads).
+void odd(void* x, void* dy, void* ds, void* dx, void* dres, void* w, void* dw, void* rstd, void* ws,
+         size_t ws_bytes) {
+  std::printf(
+      "\nrows of varying phase, N = 4095, by split and ring depth (us, cold; ulps of dx "
+      "against the public call; blocks per SM)\n");
+  RmsNormBackwardParams bp;
+  bp.eps = 1e-6f;
+  const int64_t n = 4095;
+  for (bool fused : {false, true}) {
+    for (int64_t m : {4096, 32768}) {
+      const BwdShape sh = bwd_shape(x, w, rstd, dx, ws, ws_bytes, dw, m, n);
+      const size_t count = static_cast<size_t>(m) * n;
+      auto api = [&] {
+        if (fused) {
+          check(add_rms_norm_backward(rows(dy, DType::kBFloat16, m, n),
+                                      rows(ds, DType::kBFloat16, m, n), sh.x, sh.w, sh.rstd,
+                                      rows(dx, DType::kBFloat16, m, n),
+                                      rows(dres, DType::kBFloat16, m, n), sh.dw, sh.ws, bp),
+                "fused");
+        } else {
+          check(rms_norm_backward(rows(dy, DType::kBFloat16, m, n), sh.x, sh.w, sh.rstd,
+                                  rows(dx, DType::kBFloat16, m, n), sh.dw, sh.ws, bp),
+                "backward");
+        }
+      };
+      const std::vector<uint16_t> ref = poisoned_run(api, dx, count);
+      std::printf("%s M=%6lld: API %8.2f", fused ? "fused add" : "plain    ",
+                  static_cast<long long>(m), time_med(api, true));
+      cuda::RmsNormBwdKernelArgs a =
+          bwd_args(dy, x, fused ? ds : nullptr, w, rstd, dx, fused ? dres : nullptr, ws, m, n);
+      a.w_table = true;
+      const int ring_bytes = fused ? 6 : 4;
+      auto column = [&](const char* name, auto launch) {
+        bool fits = true;
+        int64_t grid = 0;
+        auto run = [&] {
+          fits = launch(&grid);
+          if (fits) {
+            check(
+                cuda::launch_column_sum("odd", a.partials, grid, n, DType::kBFloat16, dw, nullptr),
+                "column sum");
+          }
+        };
+        const std::vector<uint16_t> got = poisoned_run(run, dx, count);
+        if (!fits) {
+          std::printf(" | %s no fit", name);
+          return;
+        }
+        int worst = 0;
+        for (size_t i = 0; i < count; ++i) worst = std::max(worst, ulp_dist(ref[i], got[i]));
+        const float t = time_med(run, true);
+        std::printf(" | %s %8.2f (%d ulp) [%lld]", name, t, worst,
+                    static_cast<long long>(grid / cuda::device_sm_count()));
+      };
+      column("512x1 S2", [&](int64_t* g) { return odd_ring<1, 2>(a, ring_bytes, g); });
+      column("512x1 S3", [&](int64_t* g) { return odd_ring<1, 3>(a, ring_bytes, g); });
+      column("256x2 S2", [&](int64_t* g) { return odd_ring<2, 2>(a, ring_bytes, g); });
+      column("256x2 S3", [&](int64_t* g) { return odd_ring<2, 3>(a, ring_bytes, g); });
+      column("128x4 S2", [&](int64_t* g) { return odd_ring<4, 2>(a, ring_bytes, g); });
+      column("128x4 S3", [&](int64_t* g) { return odd_ring<4, 3>(a, ring_bytes, g); });
+      std::printf("\n");
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -660,6 +758,8 @@ int main(int argc, char** argv) {
   if (argc > 1 && std::strcmp(argv[1], "stages") == 0) stages(x, dy, dx, w, dw, rstd, ws, ws_bytes);
   if (argc > 1 && std::strcmp(argv[1], "general") == 0)
     general(x, dy, ds, dx, dres, w, dw, rstd, ws, ws_bytes);
+  if (argc > 1 && std::strcmp(argv[1], "odd") == 0)
+    odd(x, dy, ds, dx, dres, w, dw, rstd, ws, ws_bytes);
   if (argc > 1 && std::strcmp(argv[1], "fixed") == 0)
     fixed(x, dy, ds, dx, dres, w, dw, rstd, ws, ws_bytes);
   if (argc > 1 && std::strcmp(argv[1], "narrow") == 0) {

@@ -89,11 +89,13 @@ RmsNormBwdPlan plan_rms_norm_backward(int64_t n, int vec, bool uniform_phase, bo
   if (max_vpt > kMaxVpt) max_vpt = kMaxVpt;
   int vpt = max_vpt;
   if (n % vec != 0) {
-    // Rows with edge elements (in a contiguous batch their 16-byte phase varies: the weight is
-    // read per element and the partials go through a shared table): the widest block, the
-    // fastest for the fused add at N = 4095. Decided from N, not from the rows' phases, so a
-    // row's split (and so its dx) is the same whether it comes alone or in a batch.
-    vpt = 1;
+    // Rows with edge elements (in a contiguous batch their 16-byte phase varies: the weight
+    // factors come from a shared table and the partials go through another): one vector per
+    // thread up to kBwdEdgeRowThreads threads, else two (256 x 2 at N = 4095: three blocks per
+    // SM, where 512 x 1 fits two), and more only where a row needs more than kBwdMaxThreads.
+    // Decided from N, not from the rows' phases, so a row's split (and so its dx) is the same
+    // whether it comes alone or in a batch.
+    vpt = lanes > kBwdEdgeRowThreads && max_vpt >= 2 ? 2 : 1;
     while (vpt < max_vpt && lanes > static_cast<int64_t>(kBwdMaxThreads) * vpt) vpt *= 2;
   } else {
     // The most vectors per thread while at least kBwdMinThreads threads share the row: a row's

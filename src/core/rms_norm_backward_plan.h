@@ -30,6 +30,10 @@ const char* rms_norm_bwd_path_name(RmsNormBwdPath path);
 constexpr int kBwdMaxThreads = 512;
 /// Fewest threads per row the block path aims for before it takes fewer vectors per thread.
 constexpr int kBwdMinThreads = 128;
+/// Rows with edge elements (N not a multiple of the vector width): the most threads a row takes
+/// at one vector per thread; wider rows take two (bench/experiments/rms_norm_backward_rows.cu
+/// odd: at N = 4095, M = 32768, 256 x 2 ran 332.6 us against 408.5 at 512 x 1).
+constexpr int kBwdEdgeRowThreads = 256;
 /// Ring depth of the warp path and of the block path (measured on H200, bf16: a 4-stage block
 /// ring was slower than a 2-stage one at every split at N = 4096 and 8192, and a 4-stage warp
 /// ring at every rows-per-block count at N = 512 and 1024, where its shared memory halved the

@@ -384,7 +384,8 @@ TEST(CpuRmsNormBackwardPlan, BlockPathSplit) {
   for (const Case& k :
        {Case{4096, 8, 4, 4, 128}, Case{8192, 8, 4, 4, 256}, Case{16384, 8, 4, 4, 512},
         Case{2048, 8, 4, 2, 128}, Case{1536, 8, 4, 1, 192}, Case{4096, 4, 8, 8, 128},
-        Case{4095, 8, 4, 1, 512}, Case{4096, 8, 6, 4, 128}}) {
+        Case{4095, 8, 4, 2, 256}, Case{2047, 8, 4, 1, 256}, Case{8191, 8, 4, 2, 512},
+        Case{4096, 8, 6, 4, 128}}) {
     const core::RmsNormBwdPlan p =
         core::plan_rms_norm_backward(k.n, k.vec, true, true, k.ring_bytes, true);
     EXPECT_EQ(p.path, core::RmsNormBwdPath::kBlockPerRow) << k.n;
