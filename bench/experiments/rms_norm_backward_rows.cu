@@ -121,6 +121,23 @@ void rows_then_sum(const char* op, const cuda::RmsNormBwdKernelArgs& a,
   check(cuda::launch_column_sum(op, a.partials, grid, a.n, DType::kBFloat16, dw, s), "column sum");
 }
 
+// The public call on bf16 rows [m, n] of shape sh: add_rms_norm_backward (ds in, dresidual out,
+// sh's rstd) when fused, else rms_norm_backward with plain_rstd (sh's, or none: recomputed).
+void public_backward(bool fused, const TensorRef& plain_rstd, void* dy, void* ds, void* dx,
+                     void* dres, const BwdShape& sh, int64_t m, int64_t n,
+                     const RmsNormBackwardParams& bp) {
+  if (fused) {
+    check(add_rms_norm_backward(rows(dy, DType::kBFloat16, m, n), rows(ds, DType::kBFloat16, m, n),
+                                sh.x, sh.w, sh.rstd, rows(dx, DType::kBFloat16, m, n),
+                                rows(dres, DType::kBFloat16, m, n), sh.dw, sh.ws, bp),
+          "fused");
+  } else {
+    check(rms_norm_backward(rows(dy, DType::kBFloat16, m, n), sh.x, sh.w, plain_rstd,
+                            rows(dx, DType::kBFloat16, m, n), sh.dw, sh.ws, bp),
+          "backward");
+  }
+}
+
 void splits(void* x, void* dy, void* ds, void* dx, void* dres, void* w, void* dw, void* rstd,
             void* ws, size_t ws_bytes) {
   std::printf("\nblock-per-row ring kernel by split (rstd saved; us, cold L2)\n");
@@ -131,21 +148,10 @@ void splits(void* x, void* dy, void* ds, void* dx, void* dres, void* w, void* dw
     for (bool fused : {false, true}) {
       for (int64_t m : {4096, 32768}) {
         const BwdShape sh = bwd_shape(x, w, rstd, dx, ws, ws_bytes, dw, m, n);
-        const TensorRef &tx = sh.x, &tw = sh.w, &tr = sh.rstd, &tws = sh.ws, &tdw = sh.dw;
         const size_t count = static_cast<size_t>(m) * n;
         const bool compare = m == 4096;
         if (compare) {
-          if (fused) {
-            check(add_rms_norm_backward(rows(dy, DType::kBFloat16, m, n),
-                                        rows(ds, DType::kBFloat16, m, n), tx, tw, tr,
-                                        rows(dx, DType::kBFloat16, m, n),
-                                        rows(dres, DType::kBFloat16, m, n), tdw, tws, bp),
-                  "fused");
-          } else {
-            check(rms_norm_backward(rows(dy, DType::kBFloat16, m, n), tx, tw, tr,
-                                    rows(dx, DType::kBFloat16, m, n), tdw, tws, bp),
-                  "backward");
-          }
+          public_backward(fused, sh.rstd, dy, ds, dx, dres, sh, m, n, bp);
           ref.resize(count);
           CK(cudaMemcpy(ref.data(), dx, count * 2, cudaMemcpyDeviceToHost));
         }
@@ -472,19 +478,7 @@ void general(void* x, void* dy, void* ds, void* dx, void* dres, void* w, void* d
       const BwdShape sh = bwd_shape(x, w, rstd, dx, ws, ws_bytes, dw, m, n);
       const size_t count = static_cast<size_t>(m) * n;
       const TensorRef none{};
-      auto api = [&] {
-        if (fused) {
-          check(add_rms_norm_backward(rows(dy, DType::kBFloat16, m, n),
-                                      rows(ds, DType::kBFloat16, m, n), sh.x, sh.w, sh.rstd,
-                                      rows(dx, DType::kBFloat16, m, n),
-                                      rows(dres, DType::kBFloat16, m, n), sh.dw, sh.ws, bp),
-                "fused");
-        } else {
-          check(rms_norm_backward(rows(dy, DType::kBFloat16, m, n), sh.x, sh.w, none,
-                                  rows(dx, DType::kBFloat16, m, n), sh.dw, sh.ws, bp),
-                "recomputed");
-        }
-      };
+      auto api = [&] { public_backward(fused, none, dy, ds, dx, dres, sh, m, n, bp); };
       const std::vector<uint16_t> ref = poisoned_run(api, dx, count);
       const float t_api = time_med(api, true);
       const int ring_bytes = fused ? 6 : 4;
@@ -646,19 +640,7 @@ void odd(void* x, void* dy, void* ds, void* dx, void* dres, void* w, void* dw, v
     for (int64_t m : {4096, 32768}) {
       const BwdShape sh = bwd_shape(x, w, rstd, dx, ws, ws_bytes, dw, m, n);
       const size_t count = static_cast<size_t>(m) * n;
-      auto api = [&] {
-        if (fused) {
-          check(add_rms_norm_backward(rows(dy, DType::kBFloat16, m, n),
-                                      rows(ds, DType::kBFloat16, m, n), sh.x, sh.w, sh.rstd,
-                                      rows(dx, DType::kBFloat16, m, n),
-                                      rows(dres, DType::kBFloat16, m, n), sh.dw, sh.ws, bp),
-                "fused");
-        } else {
-          check(rms_norm_backward(rows(dy, DType::kBFloat16, m, n), sh.x, sh.w, sh.rstd,
-                                  rows(dx, DType::kBFloat16, m, n), sh.dw, sh.ws, bp),
-                "backward");
-        }
-      };
+      auto api = [&] { public_backward(fused, sh.rstd, dy, ds, dx, dres, sh, m, n, bp); };
       const std::vector<uint16_t> ref = poisoned_run(api, dx, count);
       std::printf("%s M=%6lld: API %8.2f", fused ? "fused add" : "plain    ",
                   static_cast<long long>(m), time_med(api, true));
