@@ -9,8 +9,8 @@
 // block ring (function narrow), and single rows by part (function single); with "stages" it also
 // times the plain ring kernel at 2 (the library's), 3 and 4 stages (function stages), with
 // "general" the general ring kernel at 2 and 3 (function general), with "fixed" the plain call's
-// per-launch cost by row count (function fixed), with "odd" rows of varying phase (N = 4095) by
-// split and ring depth (function odd); with "splits" it also times
+// per-launch cost by row count (function fixed), with "odd [N ...]" rows of varying phase (N =
+// 4095 unless given) by split and ring depth (function odd); with "splits" it also times
 // the block-per-row ring kernel at every threads x vectors-per-thread split that fits (the
 // most elementwise ulps by which dx differs from the production plan's at M = 4096: a different
 // reduction order, amplified where g and xh * mean nearly cancel). Question: what sets the time
@@ -628,57 +628,67 @@ bool odd_ring(const cuda::RmsNormBwdKernelArgs& a, int ring_bytes, int64_t* grid
 // M = 4096 57.70 against 64.70; fused add 432.54 against 458.46 and 70.34 against 71.94), with
 // 3 blocks per SM where 512 x 1 fits 2; 3 stages lost at every split, 128 x 4 lost to 512 x 1
 // for the fused add. The plan takes 256 x 2 for N = 4095 since (core::kBwdEdgeRowThreads).
-void odd(void* x, void* dy, void* ds, void* dx, void* dres, void* w, void* dw, void* rstd, void* ws,
-         size_t ws_bytes) {
+// Other widths (arguments after "odd") are timed at the two 2-stage splits the rule chooses
+// between, 512 x 1 and 256 x 2 (threads rounded up to warps), for the widths it moved. At
+// f1a4f1e (rms-bwd-odd-widths-f1a4f1e-nvidia-h200.log; N = 2057, 2300, 3073, 3585, 4095) the
+// two-vector split was as fast or faster at M = 32768 for every width and both ops (plain
+// 211.74 / 213.98 / 266.34 / 314.11 / 333.79 us against 237.22 / 244.51 / 343.84 / 396.13 /
+// 408.29), and within 0.2 us of the one-vector split at M = 4096 up to N = 2300, faster above.
+void odd(const std::vector<int64_t>& widths, void* x, void* dy, void* ds, void* dx, void* dres,
+         void* w, void* dw, void* rstd, void* ws, size_t ws_bytes) {
   std::printf(
-      "\nrows of varying phase, N = 4095, by split and ring depth (us, cold; ulps of dx "
-      "against the public call; blocks per SM)\n");
+      "\nrows of varying phase by split and ring depth (us, cold; ulps of dx against the public "
+      "call; blocks per SM)\n");
   RmsNormBackwardParams bp;
   bp.eps = 1e-6f;
-  const int64_t n = 4095;
-  for (bool fused : {false, true}) {
-    for (int64_t m : {4096, 32768}) {
-      const BwdShape sh = bwd_shape(x, w, rstd, dx, ws, ws_bytes, dw, m, n);
-      const size_t count = static_cast<size_t>(m) * n;
-      auto api = [&] { public_backward(fused, sh.rstd, dy, ds, dx, dres, sh, m, n, bp); };
-      const std::vector<uint16_t> ref = poisoned_run(api, dx, count);
-      std::printf("%s M=%6lld: API %8.2f", fused ? "fused add" : "plain    ",
-                  static_cast<long long>(m), time_med(api, true));
-      cuda::RmsNormBwdKernelArgs a =
-          bwd_args(dy, x, fused ? ds : nullptr, w, rstd, dx, fused ? dres : nullptr, ws, m, n);
-      a.w_table = true;
-      const int ring_bytes = fused ? 6 : 4;
-      auto column = [&](const char* name, auto launch) {
-        bool fits = true;
-        int64_t grid = 0;
-        auto run = [&] {
-          fits = launch(&grid);
-          if (fits) {
-            check(
-                cuda::launch_column_sum("odd", a.partials, grid, n, DType::kBFloat16, dw, nullptr),
-                "column sum");
+  for (int64_t n : widths)
+    for (bool fused : {false, true}) {
+      for (int64_t m : {4096, 32768}) {
+        const BwdShape sh = bwd_shape(x, w, rstd, dx, ws, ws_bytes, dw, m, n);
+        const size_t count = static_cast<size_t>(m) * n;
+        auto api = [&] { public_backward(fused, sh.rstd, dy, ds, dx, dres, sh, m, n, bp); };
+        const std::vector<uint16_t> ref = poisoned_run(api, dx, count);
+        std::printf("N=%5lld %s M=%6lld: API %8.2f", static_cast<long long>(n),
+                    fused ? "fused add" : "plain    ", static_cast<long long>(m),
+                    time_med(api, true));
+        cuda::RmsNormBwdKernelArgs a =
+            bwd_args(dy, x, fused ? ds : nullptr, w, rstd, dx, fused ? dres : nullptr, ws, m, n);
+        a.w_table = true;
+        const int ring_bytes = fused ? 6 : 4;
+        auto column = [&](const char* name, auto launch) {
+          bool fits = true;
+          int64_t grid = 0;
+          auto run = [&] {
+            fits = launch(&grid);
+            if (fits) {
+              check(cuda::launch_column_sum("odd", a.partials, grid, n, DType::kBFloat16, dw,
+                                            nullptr),
+                    "column sum");
+            }
+          };
+          const std::vector<uint16_t> got = poisoned_run(run, dx, count);
+          if (!fits) {
+            std::printf(" | %s no fit", name);
+            return;
           }
+          int worst = 0;
+          for (size_t i = 0; i < count; ++i) worst = std::max(worst, ulp_dist(ref[i], got[i]));
+          const float t = time_med(run, true);
+          std::printf(" | %s %8.2f (%d ulp) [%lld]", name, t, worst,
+                      static_cast<long long>(grid / cuda::device_sm_count()));
         };
-        const std::vector<uint16_t> got = poisoned_run(run, dx, count);
-        if (!fits) {
-          std::printf(" | %s no fit", name);
-          return;
+        column("512x1 S2", [&](int64_t* g) { return odd_ring<1, 2>(a, ring_bytes, g); });
+        if (n == 4095)
+          column("512x1 S3", [&](int64_t* g) { return odd_ring<1, 3>(a, ring_bytes, g); });
+        column("256x2 S2", [&](int64_t* g) { return odd_ring<2, 2>(a, ring_bytes, g); });
+        if (n == 4095) {
+          column("256x2 S3", [&](int64_t* g) { return odd_ring<2, 3>(a, ring_bytes, g); });
+          column("128x4 S2", [&](int64_t* g) { return odd_ring<4, 2>(a, ring_bytes, g); });
+          column("128x4 S3", [&](int64_t* g) { return odd_ring<4, 3>(a, ring_bytes, g); });
         }
-        int worst = 0;
-        for (size_t i = 0; i < count; ++i) worst = std::max(worst, ulp_dist(ref[i], got[i]));
-        const float t = time_med(run, true);
-        std::printf(" | %s %8.2f (%d ulp) [%lld]", name, t, worst,
-                    static_cast<long long>(grid / cuda::device_sm_count()));
-      };
-      column("512x1 S2", [&](int64_t* g) { return odd_ring<1, 2>(a, ring_bytes, g); });
-      column("512x1 S3", [&](int64_t* g) { return odd_ring<1, 3>(a, ring_bytes, g); });
-      column("256x2 S2", [&](int64_t* g) { return odd_ring<2, 2>(a, ring_bytes, g); });
-      column("256x2 S3", [&](int64_t* g) { return odd_ring<2, 3>(a, ring_bytes, g); });
-      column("128x4 S2", [&](int64_t* g) { return odd_ring<4, 2>(a, ring_bytes, g); });
-      column("128x4 S3", [&](int64_t* g) { return odd_ring<4, 3>(a, ring_bytes, g); });
-      std::printf("\n");
+        std::printf("\n");
+      }
     }
-  }
 }
 
 }  // namespace
@@ -740,8 +750,12 @@ int main(int argc, char** argv) {
   if (argc > 1 && std::strcmp(argv[1], "stages") == 0) stages(x, dy, dx, w, dw, rstd, ws, ws_bytes);
   if (argc > 1 && std::strcmp(argv[1], "general") == 0)
     general(x, dy, ds, dx, dres, w, dw, rstd, ws, ws_bytes);
-  if (argc > 1 && std::strcmp(argv[1], "odd") == 0)
-    odd(x, dy, ds, dx, dres, w, dw, rstd, ws, ws_bytes);
+  if (argc > 1 && std::strcmp(argv[1], "odd") == 0) {
+    std::vector<int64_t> widths;
+    for (int i = 2; i < argc; ++i) widths.push_back(std::atoll(argv[i]));
+    if (widths.empty()) widths.push_back(4095);
+    odd(widths, x, dy, ds, dx, dres, w, dw, rstd, ws, ws_bytes);
+  }
   if (argc > 1 && std::strcmp(argv[1], "fixed") == 0)
     fixed(x, dy, ds, dx, dres, w, dw, rstd, ws, ws_bytes);
   if (argc > 1 && std::strcmp(argv[1], "narrow") == 0) {
