@@ -600,7 +600,7 @@ void fixed(void* x, void* dy, void* ds, void* dx, void* dres, void* w, void* dw,
 // memory: a.w_table) at VPT vectors per thread and S stages on the split that gives (threads
 // rounded up to warps), launched directly; false when it does not fit.
 template <int VPT, int S>
-bool odd_ring(const cuda::RmsNormBwdKernelArgs& a, int ring_bytes, int64_t* grid) {
+bool odd_ring(cuda::RmsNormBwdKernelArgs a, int ring_bytes, int64_t* grid, bool table = true) {
   core::RmsNormBwdPlan p;
   p.path = core::RmsNormBwdPath::kBlockPerRow;
   p.vec = 8;
@@ -608,11 +608,12 @@ bool odd_ring(const cuda::RmsNormBwdKernelArgs& a, int ring_bytes, int64_t* grid
   p.stages = S;
   p.rows_per_block = 1;
   p.smem_acc = true;
-  p.stage_weights = true;
+  p.stage_weights = table;
+  a.w_table = table;
   const int64_t lanes = core::bwd_table_lanes(a.n, 8);
   p.threads = static_cast<int>(((lanes + VPT - 1) / VPT + 31) / 32 * 32);
   if (p.threads > core::kBwdMaxThreads) return false;
-  p.smem_bytes = core::bwd_smem_bytes(p, ring_bytes, true) + lanes * 8 * 4;
+  p.smem_bytes = core::bwd_smem_bytes(p, ring_bytes, true) + (table ? lanes * 8 * 4 : 0);
   return launch_ring(cuda::rms_norm_bwd_rows_kernel<cuda::bf16, cuda::bf16, 8, VPT, S, false, true>,
                      a, p, grid);
 }
@@ -620,20 +621,25 @@ bool odd_ring(const cuda::RmsNormBwdKernelArgs& a, int ring_bytes, int64_t* grid
 // Rows of varying phase (N = 4095, contiguous bf16 rows: the shared partials table, and the
 // weight factors staged once per block in shared memory since this mode was added) at 512 x 1,
 // 256 x 2 and 128 x 4 with 2 and 3 ring stages, each with the column sum, against the public call
-// (512 x 1 at 2 stages); dx compared in ulps (another split changes a row's reduction order).
+// (512 x 1 at 2 stages when this mode was added, 256 x 2 since f1a4f1e); dx compared in ulps
+// (another split changes a row's reduction order).
 // Question: with the weight no longer read per element from global memory, is the widest block
 // (the plan's choice for rows with edge elements) still the fastest? No (at 7bcbdab,
 // bench/results/rms-bwd-odd-7bcbdab-nvidia-h200.log): 256 x 2 at 2 stages was the fastest of
 // the six for both ops and row counts (plain M = 32768 332.64 against 408.48 us at 512 x 1,
-// M = 4096 57.70 against 64.70; fused add 432.54 against 458.46 and 70.34 against 71.94), with
-// 3 blocks per SM where 512 x 1 fits 2; 3 stages lost at every split, 128 x 4 lost to 512 x 1
-// for the fused add. The plan takes 256 x 2 for N = 4095 since (core::kBwdEdgeRowThreads).
-// Other widths (arguments after "odd") are timed at the two 2-stage splits the rule chooses
-// between, 512 x 1 and 256 x 2 (threads rounded up to warps), for the widths it moved. At
-// f1a4f1e (rms-bwd-odd-widths-f1a4f1e-nvidia-h200.log; N = 2057, 2300, 3073, 3585, 4095) the
-// two-vector split was as fast or faster at M = 32768 for every width and both ops (plain
-// 211.74 / 213.98 / 266.34 / 314.11 / 333.79 us against 237.22 / 244.51 / 343.84 / 396.13 /
-// 408.29), and within 0.2 us of the one-vector split at M = 4096 up to N = 2300, faster above.
+// M = 4096 57.70 against 64.70; fused add 432.54 against 458.46 and 70.34 against 71.94), the
+// plain op at 3 blocks per SM where 512 x 1 fits 2; 3 stages lost at every split but one (the fused
+// add at M = 32768 and 256 x 2: 432.48 against 432.54), 128 x 4 lost to 512 x 1 for the fused add.
+// The plan takes 256 x 2 for N = 4095 since (core::kBwdEdgeRowThreads). Other widths (arguments
+// after "odd") are timed at the two 2-stage splits the rule chooses between, 512 x 1 and 256 x 2
+// (threads rounded up to warps), for the widths it moved. At f1a4f1e
+// (rms-bwd-odd-widths-f1a4f1e-nvidia-h200.log; N = 2057, 2300, 3073, 3585, 4095) the two-vector
+// split was as fast or faster at M = 32768 for every width and both ops (plain 211.74 / 213.98 /
+// 266.34 / 314.11 / 333.79 us against 237.22 / 244.51 / 343.84 / 396.13 / 408.29), and within 0.4
+// us of the one-vector split at M = 4096 up to N = 2300, faster above. A last column ("factors from
+// global memory") runs the same split without the shared weight table: at 381071b
+// (rms-bwd-odd-table-381071b-nvidia-h200.log) the table won wherever the plan takes it, also where
+// its bytes cost a block per SM (fused add N = 4353 458.11 against 535.26 us).
 void odd(const std::vector<int64_t>& widths, void* x, void* dy, void* ds, void* dx, void* dres,
          void* w, void* dw, void* rstd, void* ws, size_t ws_bytes) {
   std::printf(
@@ -681,6 +687,10 @@ void odd(const std::vector<int64_t>& widths, void* x, void* dy, void* ds, void* 
         if (n == 4095)
           column("512x1 S3", [&](int64_t* g) { return odd_ring<1, 3>(a, ring_bytes, g); });
         column("256x2 S2", [&](int64_t* g) { return odd_ring<2, 2>(a, ring_bytes, g); });
+        if (n != 4095) {
+          column("256x2 S2 factors from global memory",
+                 [&](int64_t* g) { return odd_ring<2, 2>(a, ring_bytes, g, false); });
+        }
         if (n == 4095) {
           column("256x2 S3", [&](int64_t* g) { return odd_ring<2, 3>(a, ring_bytes, g); });
           column("128x4 S2", [&](int64_t* g) { return odd_ring<4, 2>(a, ring_bytes, g); });

@@ -39,8 +39,9 @@ int64_t round_up(int64_t a, int64_t b) { return (a + b - 1) / b * b; }
 
 // Rows of varying phase (smem_acc) take their weight factors from a shared table in the
 // partials' slot layout (bank-conflict free at every phase) where it fits in `budget`: read per
-// element from global memory, the columns a warp reads lie 16 bytes apart, a 32-byte sector per
-// 2- or 4-byte factor. The table does not change the path or the split.
+// element from global memory, the columns a warp reads lie 16 bytes apart, 16 sectors for 32
+// factors. The table does not change the path or the split (it can lower the blocks per SM, and
+// so the grid that groups dw's partial rows).
 RmsNormBwdPlan with_weight_table(RmsNormBwdPlan p, int64_t n, int64_t budget) {
   if (!p.smem_acc) return p;
   const int64_t bytes = bwd_table_lanes(n, p.vec) * p.vec * 4;

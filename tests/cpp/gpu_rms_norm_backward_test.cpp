@@ -319,8 +319,8 @@ TEST(GpuRmsNormBackward, DwIndependentOfWorkspaceAlignment) {
 
 // Rows of varying phase read their weight factors from a table staged in shared memory where the
 // plan has room for it (N = 4095) and per element from global memory where not (N = 8191 on
-// 16-bit rows without ds, whose ring takes 100 KB of the 110 KB that keep two blocks per SM;
-// with ds its ring is past that budget and the wide one leaves room for the table): both forms
+// 16-bit rows without ds, whose shared memory takes 100 KB of the 110 KB that keep two blocks
+// per SM; with ds it is past that budget and the wide one leaves room for the table): both forms
 // against the oracle, with a weight dtype of its own, the Gemma offset, the fused add and a
 // recomputed rstd. BatchInvariance below checks both forms' dx bits against a single row's.
 TEST(GpuRmsNormBackward, VaryingPhaseWeightFactors) {

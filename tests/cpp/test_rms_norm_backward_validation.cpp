@@ -376,7 +376,7 @@ TEST(CpuRmsNormBackwardWorkspace, GridNeverExceedsTheBound) {
 TEST(CpuRmsNormBackwardPlan, BlockPathSplit) {
   // Rows without edge elements: the block path takes the most vectors per thread (kMaxRegElems
   // values) while at least 128 threads share the row, fewer below that, and a 2-stage ring; rows
-  // with edge elements the widest block; the warp path a 4-stage ring.
+  // with edge elements one vector per thread up to 256 threads, else two (more past 512).
   struct Case {
     int64_t n;
     int vec, ring_bytes, vpt, threads;

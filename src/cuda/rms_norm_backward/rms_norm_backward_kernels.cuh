@@ -227,8 +227,9 @@ __device__ __forceinline__ float bwd_stage_own_weights(const RmsNormBwdKernelArg
 
 /// Stages the weight factors (w + o) of all n columns at their slots (bwd_slot) of the shared
 /// table w_tab, for rows of varying phase (kSmemAcc): thread `first` of `stride` takes columns
-/// first, first + stride, ..., the loads of up to 8 of them issued before their stores, so the
-/// block waits about one round trip. Each factor is the value the per-element form computes.
+/// first, first + stride, ..., the loads of up to 8 of them issued before their stores: one
+/// round trip per 8 columns a thread stages. Each factor is the value the per-element form
+/// computes.
 template <int V>
 __device__ __forceinline__ void bwd_stage_weight_table(const RmsNormBwdKernelArgs& a, float* w_tab,
                                                        int lanes, int first, int stride) {
