@@ -601,19 +601,14 @@ void fixed(void* x, void* dy, void* ds, void* dx, void* dres, void* w, void* dw,
 // rounded up to warps), launched directly; false when it does not fit.
 template <int VPT, int S>
 bool odd_ring(cuda::RmsNormBwdKernelArgs a, int ring_bytes, int64_t* grid, bool table = true) {
-  core::RmsNormBwdPlan p;
-  p.path = core::RmsNormBwdPath::kBlockPerRow;
-  p.vec = 8;
-  p.vpt = VPT;
+  core::RmsNormBwdPlan p = split_plan(a.n, VPT, ring_bytes);
+  if (p.threads == 0) return false;
   p.stages = S;
-  p.rows_per_block = 1;
   p.smem_acc = true;
   p.stage_weights = table;
   a.w_table = table;
-  const int64_t lanes = core::bwd_table_lanes(a.n, 8);
-  p.threads = static_cast<int>(((lanes + VPT - 1) / VPT + 31) / 32 * 32);
-  if (p.threads > core::kBwdMaxThreads) return false;
-  p.smem_bytes = core::bwd_smem_bytes(p, ring_bytes, true) + (table ? lanes * 8 * 4 : 0);
+  p.smem_bytes = core::bwd_smem_bytes(p, ring_bytes, true) +
+                 (table ? core::bwd_table_lanes(a.n, 8) * 8 * 4 : 0);
   return launch_ring(cuda::rms_norm_bwd_rows_kernel<cuda::bf16, cuda::bf16, 8, VPT, S, false, true>,
                      a, p, grid);
 }
