@@ -74,9 +74,14 @@ __device__ __forceinline__ typename Storage<T>::type load_elem(const T* p, int64
   return reinterpret_cast<const typename Storage<T>::type*>(p)[i];
 }
 
+/// (w + o) of column col read from global memory (a weight given).
+__device__ __forceinline__ float bwd_weight_factor(const RmsNormBwdKernelArgs& a, int64_t col) {
+  return load_dyn(a.weight, a.w_dtype, col) + a.w_offset;
+}
+
 /// (w + o) read from global memory (two-pass kernel), or 1 without a weight.
 __device__ __forceinline__ float bwd_weight_global(const RmsNormBwdKernelArgs& a, int64_t col) {
-  return a.weight != nullptr ? load_dyn(a.weight, a.w_dtype, col) + a.w_offset : 1.0f;
+  return a.weight != nullptr ? bwd_weight_factor(a, col) : 1.0f;
 }
 
 /// Which parts a call has: tested at run time, or fixed when kPlain (the facts core::bwd_plain_call
@@ -209,8 +214,7 @@ __device__ __forceinline__ float bwd_stage_own_weights(const RmsNormBwdKernelArg
       }
     }
   }
-  const float wf_e =
-      tid < edges ? load_dyn(a.weight, a.w_dtype, edge_col(tid, p, nbody, V)) + a.w_offset : 1.0f;
+  const float wf_e = tid < edges ? bwd_weight_factor(a, edge_col(tid, p, nbody, V)) : 1.0f;
 #pragma unroll
   for (int k = 0; k < VPT; ++k) {
     if (tid + k * nthreads < nbody) {
@@ -268,7 +272,7 @@ __device__ __forceinline__ void bwd_weights(const RmsNormBwdKernelArgs& a, const
       for (int i = 0; i < V; ++i) f[i] = own[sbase[i] + j];
     } else {
 #pragma unroll
-      for (int i = 0; i < V; ++i) f[i] = load_dyn(a.weight, a.w_dtype, col + i) + a.w_offset;
+      for (int i = 0; i < V; ++i) f[i] = bwd_weight_factor(a, col + i);
     }
   } else {
 #pragma unroll
@@ -336,7 +340,7 @@ __device__ __forceinline__ void bwd_consume_row(const RmsNormBwdKernelArgs& a, i
     e_x = storage_to_float<Tin>(e.x);
     if (kSmemAcc && a.weight != nullptr) {
       e_wf = own != nullptr ? own[bwd_slot<V>(static_cast<int>(e_col), lanes)]
-                            : load_dyn(a.weight, a.w_dtype, e_col) + a.w_offset;
+                            : bwd_weight_factor(a, e_col);
     }
     sum_gx += rms_bwd_g(e_dy, e_wf) * e_x;
     if (recompute) sum_sq += e_x * e_x;
