@@ -395,26 +395,20 @@ TEST(CpuRmsNormBackwardPlan, BlockPathSplit) {
     EXPECT_LE(p.smem_bytes, core::kBwdSmemBudgetWide) << k.n;
   }
   // The split follows N alone: rows of one phase (a single row) and of varying phase (a batch,
-  // shared-memory partials) split alike, so dx does not change with the batch.
-  for (int64_t n : {4095, 4096, 8192, 8191}) {
-    const core::RmsNormBwdPlan one = core::plan_rms_norm_backward(n, 8, true, true, 4, true);
-    const core::RmsNormBwdPlan many = core::plan_rms_norm_backward(n, 8, false, true, 4, true);
-    EXPECT_FALSE(one.smem_acc);
-    EXPECT_TRUE(many.smem_acc);
-    EXPECT_EQ(one.path, many.path) << n;
-    EXPECT_EQ(one.vpt, many.vpt) << n;
-    EXPECT_EQ(one.threads, many.threads) << n;
-  }
-  // Rows of varying phase stage the weight factors in a shared table where the budget has room
-  // for it (one float per table slot on top of the single row's bytes), else read them per
-  // element; rows of one phase never take the table.
-  for (int64_t n : {63, 1023, 4095, 8191, 8199, 16383}) {
+  // shared-memory partials) split alike, so dx does not change with the batch. Rows of varying
+  // phase also stage the weight factors in a shared table where the budget has room for it (one
+  // float per table slot on top of the single row's bytes), else read them per element; rows of
+  // one phase never take the table.
+  for (int64_t n : {63, 1023, 4095, 4096, 8191, 8192, 8199, 16383}) {
     const core::RmsNormBwdPlan one = core::plan_rms_norm_backward(n, 8, true, true, 4, true);
     const core::RmsNormBwdPlan many = core::plan_rms_norm_backward(n, 8, false, true, 4, true);
     const int64_t table = core::bwd_table_lanes(n, 8) * 8 * 4;
+    EXPECT_FALSE(one.smem_acc) << n;
+    EXPECT_TRUE(many.smem_acc) << n;
     EXPECT_FALSE(one.stage_weights) << n;
-    // 8191 (100 KB) would pass the budget of two blocks per SM, 16383 (196 KB) the wide one.
-    EXPECT_EQ(many.stage_weights, n != 8191 && n != 16383) << n;
+    // 8191 and 8192 (about 100 KB) would pass the budget of two blocks per SM, 16383 (196 KB)
+    // the wide one.
+    EXPECT_EQ(many.stage_weights, n != 8191 && n != 8192 && n != 16383) << n;
     EXPECT_EQ(many.smem_bytes, one.smem_bytes + (many.stage_weights ? table : 0)) << n;
     EXPECT_EQ(one.path, many.path) << n;
     EXPECT_EQ(one.vpt, many.vpt) << n;
