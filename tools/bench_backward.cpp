@@ -189,7 +189,22 @@ Status bench_backward(const BenchOptions& o, std::vector<ResultRow>* rows, std::
         print_row(log, base);
         rows->push_back(ours);
         rows->push_back(base);
-        if (fused) continue;
+        if (fused) {
+          // The same call with dresidual absent: dx alone, the gradient of both x and residual
+          // where they share a dtype (the torch autograd's form): one row tensor written less.
+          RmsNormBackwardCase cs = c;
+          cs.want_dres = false;
+          ResultRow shared{"add_rms_norm_backward_shared", "ropenorm", dtype_name(dt), shape};
+          shared.bytes = bytes - m * n * es;
+          fill_errors(verify::run_backward_case(cs, in), &shared);
+          const Launch shared_launch = [&](cudaStream_t st) {
+            return add_rms_norm_backward(dy, ds, x, w, rstd, dx, TensorRef(), dw, ws, bp, st);
+          };
+          if (o.timing) ROPENORM_TRY(time_launch(o, graph, shared_launch, &shared));
+          print_row(log, shared);
+          rows->push_back(shared);
+          continue;
+        }
 
         // Forward + backward together: the backward reads the forward kernel's rstd.
         RmsNormParams fp;

@@ -308,7 +308,8 @@ std::tuple<Tensor, Tensor> rms_norm_backward(const Tensor& dy, const Tensor& x,
 std::tuple<Tensor, Tensor, Tensor> add_rms_norm_backward(const Tensor& dy, const OptTensor& ds,
                                                          const Tensor& s, const OptTensor& weight,
                                                          const OptTensor& rstd, double eps,
-                                                         double weight_offset, bool weight_grad) {
+                                                         double weight_offset, bool weight_grad,
+                                                         bool residual_grad) {
   constexpr const char* op = "ropenorm.add_rms_norm_backward";
   check_cuda(dy, op, "dy");
   const ropenorm::RmsNormBackwardParams p = backward_params(eps, weight_offset);
@@ -319,9 +320,10 @@ std::tuple<Tensor, Tensor, Tensor> add_rms_norm_backward(const Tensor& dy, const
   const ropenorm::TensorRef wr = to_ref(weight, op, "weight");
   const OptTensor rstd_flat = flat(rstd);
   const ropenorm::TensorRef rr = to_ref(rstd_flat, op, "rstd");
-  // dx in dy's dtype (y had x's dtype), dresidual in s's (the residual's) dtype.
+  // dx in dy's dtype (y had x's dtype), dresidual in s's (the residual's) dtype; without
+  // residual_grad a 0-element placeholder, not written (dx is then the caller's gradient of both).
   Tensor dx = empty_contiguous(s, dy.scalar_type());
-  Tensor dresidual = empty_contiguous(s);
+  Tensor dresidual = residual_grad ? empty_contiguous(s) : at::empty({0}, s.options());
   Tensor dweight = weight_grad_output(weight, weight_grad, s);
   const int64_t n = s.dim() > 0 ? s.size(-1) : 0;
   Tensor ws = workspace(dweight.numel() > 0 ? ropenorm::rms_norm_backward_workspace_size(
@@ -329,7 +331,8 @@ std::tuple<Tensor, Tensor, Tensor> add_rms_norm_backward(const Tensor& dy, const
                                             : 0,
                         dy);
   const ropenorm::TensorRef dxr = to_ref(dx, op, "dx");
-  const ropenorm::TensorRef dresr = to_ref(dresidual, op, "dresidual");
+  const ropenorm::TensorRef dresr =
+      residual_grad ? to_ref(dresidual, op, "dresidual") : ropenorm::TensorRef();
   const ropenorm::TensorRef dwr = to_ref_if_used(dweight, op, "dweight");
   const ropenorm::TensorRef wsr = to_ref_if_used(ws, op, "workspace");
   check_status(ropenorm::add_rms_norm_backward(dyr, dsr, sr, wr, rr, dxr, dresr, dwr, wsr, p,
@@ -653,8 +656,8 @@ TORCH_LIBRARY(ropenorm, m) {
       "(Tensor dx, Tensor dweight)");
   m.def(
       "add_rms_norm_backward(Tensor dy, Tensor? ds, Tensor s, Tensor? weight=None, "
-      "Tensor? rstd=None, float eps=1e-06, float weight_offset=0., bool weight_grad=True) -> "
-      "(Tensor dx, Tensor dresidual, Tensor dweight)");
+      "Tensor? rstd=None, float eps=1e-06, float weight_offset=0., bool weight_grad=True, "
+      "bool residual_grad=True) -> (Tensor dx, Tensor dresidual, Tensor dweight)");
 #undef ROPENORM_ROPE_SCHEMA
 #define ROPENORM_QK_ROPE_SCHEMA                                                                \
   "Tensor? positions=None, int cos_sin_kind=0, Tensor? cos_sin_cache=None, Tensor? cos=None, " \

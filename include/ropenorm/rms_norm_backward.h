@@ -88,7 +88,9 @@ Status rms_norm_backward(const TensorRef& dy, const TensorRef& x, const TensorRe
 /// @param rstd       as for rms_norm_backward (r of s); absent: recomputed from s.
 /// @param dx         same shape, f32/f16/bf16 (x's dtype); may be exactly dy or exactly ds.
 /// @param dresidual  same shape, f32/f16/bf16 (residual's dtype); may be exactly ds or exactly
-///                   dy (not the same one as dx); must not overlap dx.
+///                   dy (not the same one as dx); must not overlap dx. Or absent: only dx is
+///                   written, and it is the gradient of both x and residual where they share a
+///                   dtype (the same values dresidual would hold; one write of the rows less).
 /// @param dw, workspace, params, stream  as for rms_norm_backward.
 Status add_rms_norm_backward(const TensorRef& dy, const TensorRef& ds, const TensorRef& s,
                              const TensorRef& weight, const TensorRef& rstd, const TensorRef& dx,

@@ -123,8 +123,9 @@ def _register() -> None:
 
     @torch.library.register_fake("ropenorm::add_rms_norm_backward")
     def _add_rms_norm_backward_fake(dy, ds, s, weight=None, rstd=None, eps=1e-6,
-                                    weight_offset=0.0, weight_grad=True):
-        return (_contiguous_like(s, dy.dtype), _contiguous_like(s),
+                                    weight_offset=0.0, weight_grad=True, residual_grad=True):
+        return (_contiguous_like(s, dy.dtype),
+                _contiguous_like(s) if residual_grad else s.new_empty((0,)),
                 _weight_grad_like(weight, weight_grad, s))
 
     @torch.library.register_fake("ropenorm::rope")
@@ -273,10 +274,16 @@ def _register() -> None:
         eps, weight_offset = ctx.norm_scalars
         weight_grad = weight is not None and ctx.needs_input_grad[2]
         ds = _last_dim_contiguous(grad_s) if grad_s is not None else None
+        # x and residual of one dtype take the same gradient (s = x + residual): one tensor
+        # serves both, as torch's own add returns one gradient for both operands, and the
+        # kernel writes the rows once instead of twice.
+        shared = ctx.x_dtype == s.dtype
         dx, dresidual, dweight = torch.ops.ropenorm.add_rms_norm_backward(
-            _last_dim_contiguous(grad_y), ds, s, weight, None, eps, weight_offset, weight_grad
+            _last_dim_contiguous(grad_y), ds, s, weight, None, eps, weight_offset, weight_grad,
+            not shared
         )
-        return dx, dresidual, (dweight if weight_grad else None), None, None, None
+        return (dx, dx if shared else dresidual, (dweight if weight_grad else None), None, None,
+                None)
 
     torch.library.register_autograd(
         "ropenorm::add_rms_norm", _add_rms_norm_backward, setup_context=_add_rms_norm_setup

@@ -77,8 +77,11 @@ Status validate_rms_norm_backward(const RmsNormBackwardCall& c, int device) {
                            dtype_name(c.ds.dtype));
       }
     }
-    ROPENORM_TRY(check_rows_tensor(op, "dresidual", c.dresidual, "dy", c.dy));
-    ROPENORM_TRY(check_no_internal_overlap(op, "dresidual", c.dresidual));
+    // Absent dresidual: dx alone carries the gradient of s (the caller's for x and residual).
+    if (c.dresidual.defined()) {
+      ROPENORM_TRY(check_rows_tensor(op, "dresidual", c.dresidual, "dy", c.dy));
+      ROPENORM_TRY(check_no_internal_overlap(op, "dresidual", c.dresidual));
+    }
   } else if (c.ds.defined() || c.dresidual.defined()) {
     return invalid_arg(op, c.ds.defined() ? "ds" : "dresidual", "none",
                        "a tensor (use add_rms_norm_backward for the fused add)");

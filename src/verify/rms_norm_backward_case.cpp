@@ -56,10 +56,12 @@ std::string describe(const RmsNormBackwardCase& c) {
      << " M=" << c.m << " N=" << c.n << " dy=" << dtype_name(c.dy_dtype)
      << " w=" << (c.has_weight ? dtype_name(c.w_dtype) : "none")
      << " dx=" << dtype_name(c.in_place ? c.dy_dtype : c.dx_dtype);
-  if (c.fused) {
-    os << " dres=" << dtype_name(c.in_place && c.has_ds ? c.x_dtype : c.dres_dtype)
-       << (c.has_ds ? " ds" : " no-ds");
+  if (writes_dresidual(c)) {
+    os << " dres=" << dtype_name(c.in_place && c.has_ds ? c.x_dtype : c.dres_dtype);
+  } else if (c.fused) {
+    os << " no-dres";
   }
+  if (c.fused) os << (c.has_ds ? " ds" : " no-ds");
   if (!c.want_dw) os << " no-dw";
   os << (c.give_rstd ? " rstd" : " recompute eps=");
   if (!c.give_rstd) os << c.params.eps;
@@ -113,7 +115,8 @@ RmsNormBackwardOutcome run_backward_case(const RmsNormBackwardCase& c,
   RmsNormBackwardOutcome out;
   const RowPlacement L{c.m, c.n, c.n + c.pitch_pad, c.storage_offset, c.batch};
   const RowPlacement DL = L.at_offset(c.in_place ? -1 : c.dx_offset);  // dx (dy when in place)
-  const bool dres_in_ds = c.fused && c.in_place && c.has_ds;
+  const bool has_dres = writes_dresidual(c);
+  const bool dres_in_ds = has_dres && c.in_place && c.has_ds;
   const DType dx_dtype = c.in_place ? c.dy_dtype : c.dx_dtype;
   const DType dres_dtype = dres_in_ds ? c.x_dtype : c.dres_dtype;
   const Device dev = Device::cuda(0);
@@ -128,7 +131,7 @@ RmsNormBackwardOutcome run_backward_case(const RmsNormBackwardCase& c,
     dxb = DeviceBuffer(static_cast<size_t>(DL.elems()) * dtype_size(dx_dtype));
     dxb.poison();
   }
-  if (c.fused && !dres_in_ds) {
+  if (has_dres && !dres_in_ds) {
     dresb = DeviceBuffer(static_cast<size_t>(L.elems()) * dtype_size(dres_dtype));
     dresb.poison();
   }
@@ -151,7 +154,9 @@ RmsNormBackwardOutcome run_backward_case(const RmsNormBackwardCase& c,
   const TensorRef x = L.view(xb.get(), c.x_dtype);
   const TensorRef ds = c.fused && c.has_ds ? L.view(dsb.get(), c.x_dtype) : TensorRef();
   const TensorRef dx = c.in_place ? dy : DL.view(dxb.get(), dx_dtype);
-  const TensorRef dres = !c.fused ? TensorRef() : dres_in_ds ? ds : L.view(dresb.get(), dres_dtype);
+  const TensorRef dres = !has_dres    ? TensorRef()
+                         : dres_in_ds ? ds
+                                      : L.view(dresb.get(), dres_dtype);
   const TensorRef w =
       c.has_weight ? TensorRef(wb.at(woff, c.w_dtype), c.w_dtype, {c.n}, {1}, dev) : TensorRef();
   const TensorRef dw =
@@ -171,7 +176,7 @@ RmsNormBackwardOutcome run_backward_case(const RmsNormBackwardCase& c,
   }
 
   out.dx_out = gather(download_all(c.in_place ? dyb : dxb), dx_dtype, DL, &out.pad_written);
-  if (c.fused) {
+  if (has_dres) {
     out.dres_out = gather(download_all(dres_in_ds ? dsb : dresb), dres_dtype, L, &out.pad_written);
   }
   if (want_dw) {
@@ -190,7 +195,8 @@ RmsNormBackwardOutcome run_backward_case(const RmsNormBackwardCase& c,
 void check_backward_outputs(const RmsNormBackwardCase& c, const RmsNormBackwardInputs& in,
                             RmsNormBackwardOutcome* outp) {
   RmsNormBackwardOutcome& out = *outp;
-  const bool dres_in_ds = c.fused && c.in_place && c.has_ds;
+  const bool has_dres = writes_dresidual(c);
+  const bool dres_in_ds = has_dres && c.in_place && c.has_ds;
   const DType dx_dtype = c.in_place ? c.dy_dtype : c.dx_dtype;
   const DType dres_dtype = dres_in_ds ? c.x_dtype : c.dres_dtype;
   const bool want_dw = c.has_weight && c.want_dw;
@@ -221,7 +227,7 @@ void check_backward_outputs(const RmsNormBackwardCase& c, const RmsNormBackwardI
         const double allow = scale_ulps * ref::ulp_of(scale[j], DType::kFloat32);
         edx.add_allowing(out.dx_out.get(r * c.n + j), dxr[j], dx_dtype, r * c.n + j, dx_dtype,
                          allow);
-        if (c.fused) {
+        if (has_dres) {
           edres.add_allowing(out.dres_out.get(r * c.n + j), dxr[j], dres_dtype, r * c.n + j,
                              dres_dtype, allow);
         }
@@ -248,7 +254,7 @@ void check_backward_outputs(const RmsNormBackwardCase& c, const RmsNormBackwardI
   os << describe(c) << ": dx max " << out.dx.max_ulp << " ulp (tol " << out.tol_dx << ", exact "
      << out.dx.frac_exact() * 100.0 << "%)";
   bool ok = out.tol_dx >= 0 && scale_ulps >= 0 && out.dx.max_ulp <= out.tol_dx;
-  if (c.fused) {
+  if (has_dres) {
     os << ", dresidual max " << out.dresidual.max_ulp << " ulp (tol " << tol_dres << ")";
     ok = ok && tol_dres >= 0 && out.dresidual.max_ulp <= tol_dres;
   }
@@ -266,7 +272,7 @@ void check_backward_outputs(const RmsNormBackwardCase& c, const RmsNormBackwardI
   };
   if (!ok) {
     worst("dx", out.dx, out.tol_dx);
-    if (c.fused) worst("dresidual", out.dresidual, tol_dres);
+    if (has_dres) worst("dresidual", out.dresidual, tol_dres);
     if (want_dw) worst("dw", out.dw, out.tol_dw);
   }
   out.passed = ok;

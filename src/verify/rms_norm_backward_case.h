@@ -23,6 +23,7 @@ struct RmsNormBackwardCase {
   DType dres_dtype = DType::kBFloat16;  ///< dresidual (fused only)
   bool fused = false;                   ///< add_rms_norm_backward
   bool has_ds = false;                  ///< fused: a gradient arrives through s
+  bool want_dres = true;                ///< fused: dresidual requested (else dx alone is written)
   bool has_weight = true;
   bool want_dw = true;    ///< dw requested (needs has_weight)
   bool give_rstd = true;  ///< pass the saved r (the oracle's r rounded to fp32); else recomputed
@@ -65,6 +66,9 @@ RmsNormBackwardOutcome run_backward_case(const RmsNormBackwardCase& c,
 /// fills the statistics, tolerances, `passed` and `summary` (any implementation's outputs).
 void check_backward_outputs(const RmsNormBackwardCase& c, const RmsNormBackwardInputs& in,
                             RmsNormBackwardOutcome* out);
+
+/// Whether the case writes dresidual (the fused op with dresidual requested).
+inline bool writes_dresidual(const RmsNormBackwardCase& c) { return c.fused && c.want_dres; }
 
 /// Short description: "add_rms_norm_backward bf16 M=7 N=4095 dy=bf16 w=f32 dx=bf16 ds ...".
 std::string describe(const RmsNormBackwardCase& c);

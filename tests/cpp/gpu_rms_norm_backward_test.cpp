@@ -223,6 +223,36 @@ TEST(GpuAddRmsNormBackward, Matrix) {
   }
 }
 
+// dresidual absent: dx alone is written (the gradient of both x and residual of one dtype), with
+// the bits it has beside dresidual, against the oracle, in and out of place, with and without
+// ds, a saved or a recomputed r, and on the plain kernels where ds is absent too.
+TEST(GpuAddRmsNormBackward, WithoutDresidual) {
+  ROPENORM_REQUIRE_GPU();
+  uint64_t seed = 1700;
+  for (DType dt : kFloatTypes) {
+    for (int64_t n : {3, 70, 4095, 4096, 8192, 65536}) {
+      for (bool has_ds : {false, true}) {
+        for (bool in_place : {false, true}) {
+          RmsNormBackwardCase c = same_dtype(rows_for(n), n, dt, seed++);
+          c.fused = true;
+          c.has_ds = has_ds;
+          c.in_place = in_place;
+          c.give_rstd = n != 4095;
+          const auto in = verify::make_backward_inputs(c);
+          const auto both = verify::run_backward_case(c, in);
+          c.want_dres = false;
+          const auto alone = verify::run_backward_case(c, in);
+          ASSERT_TRUE(both.passed) << both.summary;
+          ASSERT_TRUE(alone.passed) << alone.summary;
+          EXPECT_TRUE(alone.dres_out.bytes.empty()) << verify::describe(c);
+          EXPECT_EQ(alone.dx_out.bytes, both.dx_out.bytes) << verify::describe(c);
+          EXPECT_EQ(alone.dx_out.bytes, both.dres_out.bytes) << verify::describe(c);
+        }
+      }
+    }
+  }
+}
+
 // Same inputs, two runs: dx, dresidual and dw bitwise identical (no float atomics).
 TEST(GpuRmsNormBackward, RunToRunDeterminism) {
   ROPENORM_REQUIRE_GPU();

@@ -75,6 +75,13 @@ def test_norm_fake_forward_and_backward():
         assert x.grad.dtype == torch.bfloat16 and res.grad.dtype == torch.float32
         assert w.grad is None
 
+        x = fake(9, 128, dtype=torch.bfloat16, grad=True)
+        res = fake(9, 128, dtype=torch.bfloat16, grad=True)  # one dtype: one gradient for both
+        y, s = ops.add_rms_norm(x, res, fake(128))
+        (y.float().sum() + s.float().sum()).backward()
+        assert x.grad.shape == res.grad.shape == (9, 128)
+        assert x.grad.dtype == res.grad.dtype == torch.bfloat16
+
 
 def test_backward_operator_fakes():
     with fake_mode():
@@ -85,6 +92,9 @@ def test_backward_operator_fakes():
         assert dw.shape == (0,)
         dx, dres, dw = ops.add_rms_norm_backward(dy.half(), None, fake(4, 64), None)
         assert dx.dtype == torch.float16 and dres.dtype == torch.float32 and dw.shape == (0,)
+        dx, dres, dw = ops.add_rms_norm_backward(dy, None, fake(4, 64), w, None, 1e-6, 0.0, True,
+                                                 False)
+        assert dx.shape == (4, 64) and dres.shape == (0,) and dw.shape == (64,)
         q, k, wq = fake(2, 3, 4, 32), fake(2, 3, 1, 32), fake(32)
         dq, dk, dwq, dwk = ops.qk_norm_rope_backward(q, k, q, k, wq, wq, cos_sin_cache=fake(8, 32))
         assert dq.shape == q.shape and dk.shape == k.shape and dwq.shape == dwk.shape == (32,)

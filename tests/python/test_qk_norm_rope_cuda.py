@@ -192,10 +192,12 @@ def _opcheck_cases():
          (randn(5, 3, 96, dtype=torch.bfloat16), randn(5, 3, 96), x, w, None, 1e-6, 1.0, True)),
         ("add_rms_norm_backward_no_ds", ops.add_rms_norm_backward.default,
          (randn(5, 3, 96), None, x, w, rstd, 1e-6, 0.0, False)),
+        ("add_rms_norm_backward_no_dresidual", ops.add_rms_norm_backward.default,
+         (randn(5, 3, 96), randn(5, 3, 96), x, w, None, 1e-6, 0.0, True, False)),
     ]
 
 
-@pytest.mark.parametrize("case", range(10))
+@pytest.mark.parametrize("case", range(11))
 def test_opcheck(case):
     entry = _opcheck_cases()[case]
     name, op, args = entry[0], entry[1], entry[2]

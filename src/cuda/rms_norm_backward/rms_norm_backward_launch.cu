@@ -64,18 +64,18 @@ Status run_rms_norm_backward(const core::RmsNormBackwardCall& c, Stream stream) 
   a.weight = c.weight.defined() ? c.weight.data : nullptr;
   a.rstd = c.rstd.defined() ? static_cast<const float*>(c.rstd.data) : nullptr;
   a.dx = c.dx.data;
-  a.dres = c.fused ? c.dresidual.data : nullptr;
+  a.dres = c.dresidual.defined() ? c.dresidual.data : nullptr;
   a.partials = c.dw.defined() ? static_cast<float*>(c.workspace.data) : nullptr;
   a.dy_rows = core::make_row_layout(c.dy);
   a.x_rows = core::make_row_layout(c.x);
   if (c.ds.defined()) a.ds_rows = core::make_row_layout(c.ds);
   a.dx_rows = core::make_row_layout(c.dx);
-  if (c.fused) a.dres_rows = core::make_row_layout(c.dresidual);
+  if (c.dresidual.defined()) a.dres_rows = core::make_row_layout(c.dresidual);
   a.m = m;
   a.n = n;
   a.w_dtype = c.weight.defined() ? c.weight.dtype : DType::kFloat32;
   a.dx_dtype = c.dx.dtype;
-  a.dres_dtype = c.fused ? c.dresidual.dtype : DType::kFloat32;
+  a.dres_dtype = c.dresidual.defined() ? c.dresidual.dtype : DType::kFloat32;
   a.eps = c.params.eps;
   a.w_offset = c.params.weight_offset;
 
@@ -84,7 +84,8 @@ Status run_rms_norm_backward(const core::RmsNormBackwardCall& c, Stream stream) 
   const core::AccessFacts dy_f{a.dy, elem(c.dy), a.dy_rows}, x_f{a.x, elem(c.x), a.x_rows};
   const core::AccessFacts ds_f{a.ds, elem(c.x), a.ds_rows};
   const core::AccessFacts dx_f{a.dx, elem(c.dx), a.dx_rows};
-  const core::AccessFacts dres_f{a.dres, c.fused ? elem(c.dresidual) : 1, a.dres_rows};
+  const core::AccessFacts dres_f{a.dres, c.dresidual.defined() ? elem(c.dresidual) : 1,
+                                 a.dres_rows};
   const int vec = dy_ref ? core::rms_norm_vector_width(dy_f, {x_f, ds_f, dx_f, dres_f})
                          : core::rms_norm_vector_width(x_f, {dy_f, ds_f, dx_f, dres_f});
   const core::AccessFacts& ref = dy_ref ? dy_f : x_f;
