@@ -16,6 +16,7 @@
 #include "reference/qk_norm_rope_grad_ref.h"
 #include "reference/rope_ref.h"
 #include "reference/tolerance.h"
+#include "ropenorm/qk_norm_rope.h"
 #include "verify/device_buffer.h"
 #include "verify/parallel.h"
 #include "verify/qk_norm_rope_inputs.h"
@@ -54,7 +55,8 @@ int64_t changed_bytes(const DeviceBuffer& b, const std::vector<unsigned char>* w
 std::string describe(const QkNormRopeBackwardCase& c) {
   std::ostringstream os;
   os << "qk_norm_rope_backward (" << describe(c.rope) << ") w:" << dtype_name(c.w_dtype)
-     << " eps=" << c.eps << " o=" << c.weight_offset << (c.with_rstd ? " rstd" : " no-rstd")
+     << " eps=" << c.eps << " o=" << c.weight_offset
+     << (c.with_rstd ? (c.rstd_from_forward ? " forward-rstd" : " rstd") : " no-rstd")
      << (c.want_dw ? " dw" : " no-dw") << (c.wk_f32 ? " wk:f32" : "")
      << (c.short_workspace ? " short-workspace" : "") << (c.allow_lean ? "" : " no-lean");
   return os.str();
@@ -163,6 +165,21 @@ QkNormRopeBackwardOutcome run_case(const QkNormRopeBackwardCase& bc,
   np.eps = bc.eps;
   np.weight_offset = bc.weight_offset;
 
+  if (bc.with_rstd && bc.rstd_from_forward) {
+    // The forward (out of place, into scratch copies of q and k's buffers) saves its r.
+    std::vector<DeviceBuffer> fwd_out;
+    for (const auto& im : ximg) fwd_out.push_back(upload_at(im.data(), im.size(), 0, 1));
+    out.status = qk_norm_rope(q, k, dev.wq, dev.wk, head_view(c, pl.q, fwd_out[pl.q.buf].get()),
+                              head_view(c, pl.k, fwd_out[pl.k.buf].get()), q_rstd, k_rstd, dev.pos,
+                              dev.cs, params, np);
+    if (out.status.ok()) out.status = sync_device();
+    if (!out.status.ok()) {
+      out.summary = describe(bc) + ": the forward failed: " + out.status.message();
+      return out;
+    }
+    rq_buf.download(rq.data(), rq.size() * 4);
+    rk_buf.download(rk.data(), rk.size() * 4);
+  }
   out.status = cuda::run_qk_norm_rope_backward(
       core::qk_norm_rope_backward_call(dq_out, dk_out, q, k, dev.wq, dev.wk, q_rstd, k_rstd, dq, dk,
                                        dwq, dwk, ws, dev.pos, dev.cs, params, np),

@@ -25,9 +25,10 @@ struct QkNormRopeBackwardCase {
   DType w_dtype = DType::kFloat32;  ///< wq, wk, dwq and dwk dtype (wk, dwk: see wk_f32)
   float eps = 1e-6f;
   float weight_offset = 0.0f;
-  bool with_rstd = true;         ///< pass q_rstd / k_rstd (fp32 of the exact r), else recomputed
-  bool want_dw = true;           ///< pass dwq / dwk and a workspace
-  bool short_workspace = false;  ///< one element less than the query says: the call must fail
+  bool with_rstd = true;           ///< pass q_rstd / k_rstd (fp32 of the exact r), else recomputed
+  bool rstd_from_forward = false;  ///< with_rstd: the library forward's saved r instead
+  bool want_dw = true;             ///< pass dwq / dwk and a workspace
+  bool short_workspace = false;    ///< one element less than the query says: the call must fail
   bool wk_f32 = false;  ///< wk and dwk in f32 whatever w_dtype (dwq and dwk then differ in dtype)
   bool allow_lean = true;  ///< false: the general kernel where the planner would pick the lean one
 };

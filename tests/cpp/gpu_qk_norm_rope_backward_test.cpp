@@ -1,7 +1,8 @@
 // GPU tests of the fused QK-norm + RoPE backward against the float64 oracle (per head vector:
 // the inverse rotation of the incoming gradient, then the RMSNorm backward; dw summed over every
 // head vector): head dims (common and odd), full and half rotary, both styles, GQA head counts,
-// packed QKV views and separate tensors, in place and out of place, saved and recomputed rstd,
+// packed QKV views and separate tensors, in place and out of place, saved and recomputed rstd
+// (and the recomputed r against the forward's saved one),
 // every dtype and cos/sin source, weight dtypes other than q's, Gemma's offset, zero head
 // vectors, the eps range, random positions, a short workspace; plus bitwise run-to-run
 // determinism of dq, dk, dwq and dwk and the independence of a head's dq from T and the other
@@ -191,6 +192,53 @@ TEST(GpuQkNormRopeBackward, BitwiseDeterministicRunToRun) {
     ASSERT_EQ(a.dk_val.bytes, b.dk_val.bytes);
     ASSERT_EQ(a.dwq.bytes, b.dwq.bytes);
     ASSERT_EQ(a.dwk.bytes, b.dwk.bytes);
+  }
+}
+
+// Where the forward's lanes hold the backward's runs (16-bit q and k, full rotary, aligned
+// operands: the forward's pair and lean kernels), r recomputed in the backward is the forward's
+// saved r bit for bit, so both modes give the same dq, dk, dwq and dwk: on the lean and the
+// general backward kernel, both styles, decode and long runs of the forward.
+TEST(GpuQkNormRopeBackward, RecomputedRstdIsTheForwardsSaved) {
+  ROPENORM_REQUIRE_GPU();
+  struct Variant {
+    DType dtype;
+    int64_t head_dim, hq, hk, seq;
+    RopeLayout layout;
+  };
+  const Variant variants[] = {
+      {DType::kBFloat16, 128, 32, 8, 7, RopeLayout::kPackedQkv},
+      {DType::kBFloat16, 128, 32, 8, 1100, RopeLayout::kPackedQkv},
+      {DType::kFloat16, 64, 16, 1, 300, RopeLayout::kSeparate},
+      {DType::kBFloat16, 256, 16, 8, 33, RopeLayout::kSeparate},
+  };
+  uint64_t seed = 1900;
+  for (const Variant& v : variants) {
+    for (RopeStyle style : {RopeStyle::kNeox, RopeStyle::kGptj}) {
+      for (bool lean : {true, false}) {
+        QkNormRopeBackwardCase c;
+        c.rope.seq = v.seq;
+        c.rope.hq = v.hq;
+        c.rope.hk = v.hk;
+        c.rope.head_dim = v.head_dim;
+        c.rope.dtype = v.dtype;
+        c.rope.style = style;
+        c.rope.layout = v.layout;
+        c.rope.seed = seed++;
+        c.w_dtype = DType::kBFloat16;
+        c.weight_offset = 1.0f;
+        c.allow_lean = lean;
+        c.rstd_from_forward = true;
+        const auto in = verify::make_inputs(c);
+        const auto saved = expect_pass(c, in);
+        c.with_rstd = false;
+        const auto recomputed = expect_pass(c, in);
+        ASSERT_EQ(saved.dq_val.bytes, recomputed.dq_val.bytes) << recomputed.summary;
+        ASSERT_EQ(saved.dk_val.bytes, recomputed.dk_val.bytes) << recomputed.summary;
+        ASSERT_EQ(saved.dwq.bytes, recomputed.dwq.bytes) << recomputed.summary;
+        ASSERT_EQ(saved.dwk.bytes, recomputed.dwk.bytes) << recomputed.summary;
+      }
+    }
   }
 }
 

@@ -167,19 +167,19 @@ __global__ void __launch_bounds__(core::kQkBwdThreads)
     }
 
     // r: the saved value, or recomputed from the forward's formula (rms_rstd of the sum of
-    // squares; a lane adds its squares interleaved, a then b, where the forward's kernels add all
-    // of run a first, so r can differ from the forward's saved value in its last bit). The
-    // butterfly runs on every lane of the warp whenever either saved rstd is absent.
+    // squares; per slot a lane adds run a's squares, then run b's: the order of the forward's
+    // pair and lean kernels, whose lanes hold the same runs, so where the forward takes them the
+    // recomputed r is the saved one bit for bit). The butterfly runs on every lane of the warp
+    // whenever either saved rstd is absent.
     float r = r_saved;
     if (args.q_rstd == nullptr || args.k_rstd == nullptr) {
       float ss = 0.0f;
 #pragma unroll
       for (int k = 0; k < KS; ++k) {
 #pragma unroll
-        for (int j = 0; j < V; ++j) {
-          ss = __fmaf_rn(xa[k][j], xa[k][j], ss);
-          ss = __fmaf_rn(xb[k][j], xb[k][j], ss);
-        }
+        for (int j = 0; j < V; ++j) ss = __fmaf_rn(xa[k][j], xa[k][j], ss);
+#pragma unroll
+        for (int j = 0; j < V; ++j) ss = __fmaf_rn(xb[k][j], xb[k][j], ss);
       }
       ss = lane_group_sum(ss, 0xffffffffu, g);
       if (rs == nullptr) r = rms_rstd(ss, d_head, args.eps);

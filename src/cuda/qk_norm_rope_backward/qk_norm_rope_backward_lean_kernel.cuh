@@ -113,10 +113,9 @@ __global__ void __launch_bounds__(core::kQkBwdLeanThreads, core::kQkBwdLeanMinBl
       if (rs == nullptr) {
         float ss = 0.0f;
 #pragma unroll
-        for (int j = 0; j < V; ++j) {
-          ss = __fmaf_rn(xa[j], xa[j], ss);
-          ss = __fmaf_rn(xb[j], xb[j], ss);
-        }
+        for (int j = 0; j < V; ++j) ss = __fmaf_rn(xa[j], xa[j], ss);
+#pragma unroll
+        for (int j = 0; j < V; ++j) ss = __fmaf_rn(xb[j], xb[j], ss);
         r = rms_rstd(lane_group_sum(ss, mask, g), d_head, args.eps);
       }
       rope_rotate_regs<V, kGptj>(ga, gb, c, sn);  // g_n = rope_inverse(dout)
