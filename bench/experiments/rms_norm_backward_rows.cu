@@ -11,7 +11,8 @@
 // "general" the general ring kernel at 2 and 3 (function general), with "fixed" the plain call's
 // per-launch cost by row count (function fixed), with "odd [N ...]" rows of varying phase (N =
 // 4095 unless given) by split and ring depth (function odd); with "splits" it also times
-// the block-per-row ring kernel at every threads x vectors-per-thread split that fits (the
+// the block-per-row ring kernel at every threads x vectors-per-thread split that fits, for the
+// plain op, the fused add and the fused add with dresidual absent (dx alone written) (the
 // most elementwise ulps by which dx differs from the production plan's at M = 4096: a different
 // reduction order, amplified where g and xh * mean nearly cancel). Question: what sets the time
 // of a row in the ring kernel, whose plain op at N = 4096 moved 60% of the fused add's bytes in
@@ -144,8 +145,10 @@ void splits(void* x, void* dy, void* ds, void* dx, void* dres, void* w, void* dw
   RmsNormBackwardParams bp;
   bp.eps = 1e-6f;
   std::vector<uint16_t> ref, got;
+  enum Form { kPlain, kFused, kShared };  // kShared: the fused add with dresidual absent
   for (int64_t n : {4096, 8192}) {
-    for (bool fused : {false, true}) {
+    for (Form form : {kPlain, kFused, kShared}) {
+      const bool fused = form != kPlain;
       for (int64_t m : {4096, 32768}) {
         const BwdShape sh = bwd_shape(x, w, rstd, dx, ws, ws_bytes, dw, m, n);
         const size_t count = static_cast<size_t>(m) * n;
@@ -155,9 +158,12 @@ void splits(void* x, void* dy, void* ds, void* dx, void* dres, void* w, void* dw
           ref.resize(count);
           CK(cudaMemcpy(ref.data(), dx, count * 2, cudaMemcpyDeviceToHost));
         }
-        const cuda::RmsNormBwdKernelArgs a =
-            bwd_args(dy, x, fused ? ds : nullptr, w, rstd, dx, fused ? dres : nullptr, ws, m, n);
-        std::printf("%s N=%5lld M=%6lld:", fused ? "fused add" : "plain    ",
+        const cuda::RmsNormBwdKernelArgs a = bwd_args(dy, x, fused ? ds : nullptr, w, rstd, dx,
+                                                      form == kFused ? dres : nullptr, ws, m, n);
+        std::printf("%s N=%5lld M=%6lld:",
+                    form == kPlain   ? "plain        "
+                    : form == kFused ? "fused add    "
+                                     : "fused, dx only",
                     static_cast<long long>(n), static_cast<long long>(m));
         for (int vpt : {1, 2, 4}) {
           const core::RmsNormBwdPlan p = split_plan(n, vpt, fused ? 6 : 4);
