@@ -116,6 +116,26 @@ RmsNormBwdPlan plan_rms_norm_backward(int64_t n, int vec, bool uniform_phase, bo
   return two_pass(vec);
 }
 
+RmsNormBwdPlan plan_rms_norm_backward_ds(int64_t n, int vec, bool uniform_phase, bool ring_kernels,
+                                         int ring_elem_bytes, int ds_elem_bytes,
+                                         bool writes_dresidual, bool has_weight) {
+  const RmsNormBwdPlan p = plan_rms_norm_backward(n, vec, uniform_phase, ring_kernels,
+                                                  ring_elem_bytes + ds_elem_bytes, has_weight);
+  if (ds_elem_bytes == 0 || writes_dresidual || p.path == RmsNormBwdPath::kTwoPass ||
+      p.smem_bytes <= kBwdSmemBudget) {
+    return p;
+  }
+  RmsNormBwdPlan q =
+      plan_rms_norm_backward(n, vec, uniform_phase, ring_kernels, ring_elem_bytes, has_weight);
+  // The same split on the block path with register partials, within the budget.
+  if (q.path != RmsNormBwdPath::kBlockPerRow || q.smem_acc || !bwd_ds_direct_vpt(q.vpt) ||
+      q.threads != p.threads || q.vpt != p.vpt || q.smem_bytes > kBwdSmemBudget) {
+    return p;
+  }
+  q.ds_direct = true;
+  return q;
+}
+
 int bwd_max_blocks_per_sm(int64_t n, RmsNormBwdPath path) {
   if (path == RmsNormBwdPath::kTwoPass) return n <= kBwdWideRow ? 2 : 1;
   return kBwdRingBlocksPerSm;

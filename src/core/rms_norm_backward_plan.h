@@ -74,6 +74,10 @@ struct RmsNormBwdPlan {
   /// bwd_table_lanes(n, vec) * vec floats (counted in smem_bytes), where it fits the plan's
   /// budget; else read per element from global memory. The same factors either way.
   bool stage_weights = false;
+  /// The fused add's ds read from global memory into registers when a row's processing starts,
+  /// not staged through the ring (plan_rms_norm_backward_ds: the ring without it fits more blocks
+  /// per SM).
+  bool ds_direct = false;
   int64_t smem_bytes = 0;  ///< dynamic shared memory per block
 };
 
@@ -99,6 +103,21 @@ constexpr bool bwd_ring_kernels(DType x_dtype, DType dy_dtype) {
 /// the ring (dy + x, plus ds when present).
 RmsNormBwdPlan plan_rms_norm_backward(int64_t n, int vec, bool uniform_phase, bool ring_kernels,
                                       int ring_elem_bytes, bool has_weight);
+
+/// Vectors per thread at which the kernels are built to read ds directly (ds_direct).
+constexpr bool bwd_ds_direct_vpt(int vpt) { return vpt == 2 || vpt == 4; }
+
+/// The plan of a call that gives ds (`ds_elem_bytes` per column; 0 without ds): that of
+/// plan_rms_norm_backward with ds in the ring (`ring_elem_bytes` of dy + x, plus ds), unless dx
+/// alone is written (no dresidual), its shared memory passes kBwdSmemBudget and the same split
+/// without ds in the ring stays within it, on the block path with register partials (a uniform
+/// phase) at a split bwd_ds_direct_vpt takes; then that one, with ds_direct (ds read from global
+/// memory; the same values, so dx keeps its bits). At 16-bit N = 8192 that is 133 KB (one block
+/// per SM) against 100 KB (two): the fused add's backward with dx alone 644.62 -> 601.71 us at
+/// M = 32768, with dresidual written too 681.71 -> 717.66 (so not there).
+RmsNormBwdPlan plan_rms_norm_backward_ds(int64_t n, int vec, bool uniform_phase, bool ring_kernels,
+                                         int ring_elem_bytes, int ds_elem_bytes,
+                                         bool writes_dresidual, bool has_weight);
 
 /// Dynamic shared memory of one ring-path block of plan p (its path, vec, vpt, threads,
 /// rows_per_block and stages): scratch, weight slots or partials table, rstd slots and the ring

@@ -195,7 +195,7 @@ TEST(GpuAddRmsNormBackward, Matrix) {
   uint64_t seed = 900;
   for (DType dt : kFloatTypes) {
     for (DType res : {dt, DType::kFloat32}) {
-      for (int64_t n : {1, 3, 70, 256, 4095, 4096, 8199, 65536}) {
+      for (int64_t n : {1, 3, 70, 256, 4095, 4096, 8192, 8199, 65536}) {
         for (bool has_ds : {false, true}) {
           for (bool in_place : {false, true}) {
             RmsNormBackwardCase c = same_dtype(rows_for(n), n, dt, seed++);
@@ -225,12 +225,13 @@ TEST(GpuAddRmsNormBackward, Matrix) {
 
 // dresidual absent: dx alone is written (the gradient of both x and residual of one dtype), with
 // the bits it has beside dresidual, against the oracle, in and out of place, with and without
-// ds, a saved or a recomputed r, and on the plain kernels where ds is absent too.
+// ds, a saved or a recomputed r, and on the plain kernels where ds is absent too (N = 7168 and
+// 8192 with ds: dx alone reads ds directly, the call with both through the ring).
 TEST(GpuAddRmsNormBackward, WithoutDresidual) {
   ROPENORM_REQUIRE_GPU();
   uint64_t seed = 1700;
   for (DType dt : kFloatTypes) {
-    for (int64_t n : {3, 70, 4095, 4096, 8192, 65536}) {
+    for (int64_t n : {3, 70, 4095, 4096, 7168, 8192, 65536}) {
       for (bool has_ds : {false, true}) {
         for (bool in_place : {false, true}) {
           RmsNormBackwardCase c = same_dtype(rows_for(n), n, dt, seed++);

@@ -445,6 +445,43 @@ TEST(CpuRmsNormBackwardPlan, BlockPathSplit) {
             core::RmsNormBwdPath::kTwoPass);
 }
 
+TEST(CpuRmsNormBackwardPlan, DsDirectWhereTheRingWouldPassTheBudget) {
+  // 16-bit rows with ds and dx alone written: in the ring (6 bytes a column and stage) while the
+  // block stays within kBwdSmemBudget; past it, the same split with ds read directly (4 bytes a
+  // column in the ring), where that fits on the block path with register partials (rows of
+  // varying phase keep ds in the ring); without ds, or with dresidual written too, never.
+  struct Case {
+    int64_t n;
+    bool uniform, direct;
+  };
+  for (const Case& k : {Case{4096, true, false}, Case{6144, true, false}, Case{7168, true, true},
+                        Case{8192, true, true}, Case{16384, true, false}, Case{4095, false, false},
+                        Case{8191, false, false}, Case{70000, true, false}}) {
+    const core::RmsNormBwdPlan with =
+        core::plan_rms_norm_backward(k.n, 8, k.uniform, true, 6, true);
+    const core::RmsNormBwdPlan p =
+        core::plan_rms_norm_backward_ds(k.n, 8, k.uniform, true, 4, 2, false, true);
+    EXPECT_EQ(p.ds_direct, k.direct) << k.n;
+    EXPECT_EQ(p.path, with.path) << k.n;
+    EXPECT_EQ(p.threads, with.threads) << k.n;
+    EXPECT_EQ(p.vpt, with.vpt) << k.n;
+    if (k.direct) {
+      EXPECT_GT(with.smem_bytes, core::kBwdSmemBudget) << k.n;
+      EXPECT_LE(p.smem_bytes, core::kBwdSmemBudget) << k.n;
+    } else {
+      EXPECT_EQ(p.smem_bytes, with.smem_bytes) << k.n;
+    }
+    const core::RmsNormBwdPlan none =
+        core::plan_rms_norm_backward_ds(k.n, 8, k.uniform, true, 4, 0, false, true);
+    EXPECT_FALSE(none.ds_direct) << k.n;
+    // dresidual written too: ds stays in the ring.
+    const core::RmsNormBwdPlan both =
+        core::plan_rms_norm_backward_ds(k.n, 8, k.uniform, true, 4, 2, true, true);
+    EXPECT_FALSE(both.ds_direct) << k.n;
+    EXPECT_EQ(both.smem_bytes, with.smem_bytes) << k.n;
+  }
+}
+
 // The plain ring kernels: every fact they fix must hold, on a ring path with register partials.
 TEST(CpuRmsNormBackwardPlan, PlainCallRule) {
   const core::RmsNormBwdPlan ring = core::plan_rms_norm_backward(4096, 8, true, true, 4, true);

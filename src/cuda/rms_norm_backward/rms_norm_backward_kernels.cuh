@@ -12,9 +12,12 @@
 //    row tensor sits at the same phase). dy, x (and ds) stream through an S-stage ring in shared
 //    memory: a thread copies its own vectors of the row S-1 rows ahead, and the row's rstd, with
 //    cp.async into its own slots (edge elements into a register queue), so the ring needs no
-//    barrier. A row is read twice from the thread's slots: once for the sums, once for dx and
-//    dw. Each element of dx (and dresidual) is written by the thread that read the matching dy,
-//    x (and ds) elements, after reading them: dx may alias dy (or ds) exactly.
+//    barrier. In the kDsDirect instances (the plan's ds_direct: the ring without ds fits more
+//    blocks per SM) a thread loads its own ds vectors of a row from global memory into registers
+//    when that row's processing starts, before its two sums. A row is read twice from the thread's
+//    slots: once for the sums, once for dx and dw. Each element of dx (and dresidual) is written by
+//    the thread that read the matching dy, x (and ds) elements, after reading them: dx may alias dy
+//    (or ds) exactly.
 //  - dw partials: when every row sits at the same 16-byte phase (uniform), a thread's columns
 //    are the same in every row and it keeps their dy * xh sums in fp32 registers; otherwise
 //    (kSmemAcc) each warp (warp path) or the block keeps an fp32 table in shared memory that the
@@ -122,7 +125,8 @@ __device__ __forceinline__ void bwd_row_scalars(const RmsNormBwdKernelArgs& a, f
 }
 
 /// Shared-memory ring of one warp (warp path) or block: per stage, per vector slot k, per
-/// thread, V elements of dy, then (second region) of x, then (third, when ds is given) of ds;
+/// thread, V elements of dy, then (second region) of x, then (third, when ds is given and not
+/// read directly: kDsDirect) of ds;
 /// apart from those, per stage and thread, the row's saved rstd.
 template <typename Tin, typename Tdy, int V, int VPT, int S>
 struct BwdRing {
@@ -149,9 +153,11 @@ struct BwdEdge {
   typename Storage<Tin>::type x, ds;
 };
 
-/// Starts the copies of one row's share (and its saved rstd) into stage s; loads its edge
-/// element. kPlain: the call is plain (core::bwd_plain_call: no ds, the rstd saved).
-template <typename Tin, typename Tdy, int V, int VPT, int S, bool kPlain = false>
+/// Starts the copies of one row's share (and its saved rstd) into stage s (ds not, when
+/// kDsDirect); loads its edge element. kPlain: the call is plain (core::bwd_plain_call: no ds,
+/// the rstd saved).
+template <typename Tin, typename Tdy, int V, int VPT, int S, bool kPlain = false,
+          bool kDsDirect = false>
 __device__ __forceinline__ void bwd_issue_row(const RmsNormBwdKernelArgs& a, int64_t row, int s,
                                               const BwdRing<Tin, Tdy, V, VPT, S>& ring,
                                               BwdEdge<Tin, Tdy>& e) {
@@ -160,6 +166,7 @@ __device__ __forceinline__ void bwd_issue_row(const RmsNormBwdKernelArgs& a, int
   const Tin* x = static_cast<const Tin*>(a.x) + a.x_rows.offset(row);
   const Tin* ds =
       BwdParts<kPlain>::ds(a) ? static_cast<const Tin*>(a.ds) + a.ds_rows.offset(row) : nullptr;
+  const bool ds_ring = ds != nullptr && !kDsDirect;
   const int p = bwd_row_phase<Tin, Tdy, V>(a, row);
   const int nbody = static_cast<int>((a.n - p) / V);
   const int edges = static_cast<int>(a.n - static_cast<int64_t>(nbody) * V);
@@ -170,7 +177,7 @@ __device__ __forceinline__ void bwd_issue_row(const RmsNormBwdKernelArgs& a, int
       const int64_t col = p + static_cast<int64_t>(j) * V;
       copy_to_smem<R::kDyBytes>(ring.dy_slot(s, k), dy + col);
       copy_to_smem<R::kXBytes>(ring.x_slot(s, k), x + col);
-      if (ds != nullptr) copy_to_smem<R::kXBytes>(ring.ds_slot(s, k), ds + col);
+      if (ds_ring) copy_to_smem<R::kXBytes>(ring.ds_slot(s, k), ds + col);
     }
   }
   if (ring.tid < edges) {
@@ -294,7 +301,7 @@ __device__ __forceinline__ void bwd_weights(const RmsNormBwdKernelArgs& a, const
 /// `own` is null. kPlain: the facts core::bwd_plain_call fixes hold (a weight, the
 /// rstd saved, dw wanted, no ds, no dresidual, dx in the input's dtype), so none is tested.
 template <typename Tin, typename Tdy, int V, int VPT, int S, bool kWarp, bool kSmemAcc,
-          bool kPlain = false>
+          bool kPlain = false, bool kDsDirect = false>
 __device__ __forceinline__ void bwd_consume_row(const RmsNormBwdKernelArgs& a, int64_t row, int s,
                                                 const BwdRing<Tin, Tdy, V, VPT, S>& ring,
                                                 const float* own, float wf_e, float* acc_tab,
@@ -314,6 +321,21 @@ __device__ __forceinline__ void bwd_consume_row(const RmsNormBwdKernelArgs& a, i
   if constexpr (kSmemAcc) {
 #pragma unroll
     for (int i = 0; i < V; ++i) sbase[i] = bwd_slot<V>(p + i, lanes);
+  }
+
+  // kDsDirect: ds read from global memory, its loads issued now, their latency under the row's
+  // two sums; each thread reads the elements it writes.
+  const bool has_ds = BwdParts<kPlain>::ds(a);
+  RawVec<Tin, V> ds_raw[kDsDirect ? VPT : 1];
+  if constexpr (kDsDirect) {
+    if (has_ds) {
+      const Tin* ds = static_cast<const Tin*>(a.ds) + a.ds_rows.offset(row);
+#pragma unroll
+      for (int k = 0; k < VPT; ++k) {
+        const int j = tid + k * nthreads;
+        if (j < nbody) load_raw<Tin, V>(ds + p + static_cast<int64_t>(j) * V, ds_raw[k]);
+      }
+    }
   }
 
   // First look: sum of g * x (and of x^2 when r is recomputed).
@@ -351,7 +373,7 @@ __device__ __forceinline__ void bwd_consume_row(const RmsNormBwdKernelArgs& a, i
 
   // Second look: dx (+ ds), and dy * xh into the partials.
   const int64_t dx_off = a.dx_rows.offset(row);
-  const bool has_ds = BwdParts<kPlain>::ds(a), has_dres = BwdParts<kPlain>::dres(a);
+  const bool has_dres = BwdParts<kPlain>::dres(a);
   const int64_t dres_off = has_dres ? a.dres_rows.offset(row) : 0;
   const bool want_dw = BwdParts<kPlain>::dw(a);
 #pragma unroll
@@ -379,7 +401,11 @@ __device__ __forceinline__ void bwd_consume_row(const RmsNormBwdKernelArgs& a, i
       }
       if (has_ds) {
         float dsv[V];
-        load_pack<Tin, V>(reinterpret_cast<const Tin*>(ring.ds_slot(s, k)), dsv);
+        if constexpr (kDsDirect) {
+          widen<Tin, V>(ds_raw[k], dsv);
+        } else {
+          load_pack<Tin, V>(reinterpret_cast<const Tin*>(ring.ds_slot(s, k)), dsv);
+        }
 #pragma unroll
         for (int i = 0; i < V; ++i) out[i] += dsv[i];
       }
@@ -454,7 +480,7 @@ __device__ __forceinline__ void bwd_store_partials(float* dst, bool table, int l
 /// calls core::bwd_plain_call accepts, whose facts it then takes as fixed (the same bits as the
 /// general form).
 template <typename Tin, typename Tdy, int V, int VPT, int S, bool kWarp, bool kSmemAcc,
-          bool kPlain = false>
+          bool kPlain = false, bool kDsDirect = false>
 __global__ void __launch_bounds__(core::kBwdMaxThreads, VPT <= 2 ? 2 : 1)
     rms_norm_bwd_rows_kernel(const RmsNormBwdKernelArgs a) {
   using R = BwdRing<Tin, Tdy, V, VPT, S>;
@@ -475,7 +501,8 @@ __global__ void __launch_bounds__(core::kBwdMaxThreads, VPT <= 2 ? 2 : 1)
   unsigned char* ring_base = reinterpret_cast<unsigned char*>(rstd_base + slices * S * nthreads);
   const int64_t dy_region = static_cast<int64_t>(S) * VPT * nthreads * R::kDyBytes;
   const int64_t x_region = static_cast<int64_t>(S) * VPT * nthreads * R::kXBytes;
-  const int64_t slice_bytes = dy_region + x_region + (BwdParts<kPlain>::ds(a) ? x_region : 0);
+  const int64_t slice_bytes =
+      dy_region + x_region + (BwdParts<kPlain>::ds(a) && !kDsDirect ? x_region : 0);
   // Rows of varying phase: the block's weight factors in a table after the ring, when the plan
   // made room for it (a.w_table); they then travel in w_own's place.
   if constexpr (kSmemAcc) {
@@ -509,7 +536,7 @@ __global__ void __launch_bounds__(core::kBwdMaxThreads, VPT <= 2 ? 2 : 1)
 #pragma unroll
   for (int s = 0; s < S - 1; ++s) {
     const int64_t r = first_row + s * step;
-    if (r < a.m) bwd_issue_row<Tin, Tdy, V, VPT, S, kPlain>(a, r, s, ring, edge[s]);
+    if (r < a.m) bwd_issue_row<Tin, Tdy, V, VPT, S, kPlain, kDsDirect>(a, r, s, ring, edge[s]);
     cp_async_commit();
   }
   // Weight factors. Uniform phase: a thread's columns are those of the block's first row in
@@ -538,11 +565,12 @@ __global__ void __launch_bounds__(core::kBwdMaxThreads, VPT <= 2 ? 2 : 1)
     const int s = it % S;
     const int64_t ahead = row + (S - 1) * step;
     if (ahead < a.m) {
-      bwd_issue_row<Tin, Tdy, V, VPT, S, kPlain>(a, ahead, (it + S - 1) % S, ring, edge[S - 1]);
+      bwd_issue_row<Tin, Tdy, V, VPT, S, kPlain, kDsDirect>(a, ahead, (it + S - 1) % S, ring,
+                                                            edge[S - 1]);
     }
     cp_async_commit();
     cp_async_wait<S - 1>();
-    bwd_consume_row<Tin, Tdy, V, VPT, S, kWarp, kSmemAcc, kPlain>(
+    bwd_consume_row<Tin, Tdy, V, VPT, S, kWarp, kSmemAcc, kPlain, kDsDirect>(
         a, row, s, ring, w_own, wf_e, acc_tab, scratch, edge[0], acc, acc_e);
 #pragma unroll
     for (int q = 0; q + 1 < S; ++q) edge[q] = edge[q + 1];

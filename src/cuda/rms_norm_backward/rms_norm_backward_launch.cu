@@ -89,10 +89,10 @@ Status run_rms_norm_backward(const core::RmsNormBackwardCall& c, Stream stream) 
   const int vec = dy_ref ? core::rms_norm_vector_width(dy_f, {x_f, ds_f, dx_f, dres_f})
                          : core::rms_norm_vector_width(x_f, {dy_f, ds_f, dx_f, dres_f});
   const core::AccessFacts& ref = dy_ref ? dy_f : x_f;
-  const int ring_elem_bytes = elem(c.dy) + elem(c.x) + (c.ds.defined() ? elem(c.x) : 0);
-  const core::RmsNormBwdPlan plan = core::plan_rms_norm_backward(
+  const core::RmsNormBwdPlan plan = core::plan_rms_norm_backward_ds(
       n, vec, uniform_phase(ref.rows, ref.elem_size), core::bwd_ring_kernels(c.x.dtype, c.dy.dtype),
-      ring_elem_bytes, c.weight.defined());
+      elem(c.dy) + elem(c.x), c.ds.defined() ? elem(c.x) : 0, c.dresidual.defined(),
+      c.weight.defined());
   a.lanes = core::bwd_table_lanes(n, plan.vec);
   a.w_table = plan.stage_weights;
 

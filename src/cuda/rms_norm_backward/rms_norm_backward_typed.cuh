@@ -1,7 +1,8 @@
 // Per-dtype launch of the RMSNorm backward kernels: picks the kernel instantiation for a plan
 // (path, vector width, vectors per thread, ring depth, where dw partials live, and the plain form
 // for the calls core::bwd_plain_call accepts, on core::bwd_plain_plan's ring) and launches it on
-// the caller's stream with a persistent grid. Included by exactly one .cu per input dtype, which
+// the caller's stream with a persistent grid; the fused add's ds read directly where the plan
+// says so (ds_direct). Included by exactly one .cu per input dtype, which
 // instantiates it; the launcher calls it through dispatch.
 #pragma once
 
@@ -63,6 +64,18 @@ Status launch_stages(const char* op, const RmsNormBwdKernelArgs& a, const core::
                      bool plain, cudaStream_t s, int64_t* grid) {
   constexpr int kStages = kWarp ? core::kBwdWarpStages : core::kBwdBlockStages;
   constexpr int kDeep = core::kBwdPlainDeepStages;
+  // The plan's ds_direct (ds read from global memory, not through the ring): built for the
+  // block path with register partials at the splits core::plan_rms_norm_backward_ds gives it.
+  if (p.ds_direct) {
+    if constexpr (!kWarp && !kSmemAcc && core::bwd_ds_direct_vpt(VPT)) {
+      if (!plain && p.stages == kStages) {
+        return launch_persistent(
+            op, rms_norm_bwd_rows_kernel<Tin, Tdy, V, VPT, kStages, false, false, false, true>, a,
+            p, s, grid);
+      }
+    }
+    return bad_plan(op, "ds read directly at vectors per thread", VPT);
+  }
   if constexpr (!kSmemAcc && std::is_same_v<Tin, Tdy>) {
     if (plain && p.stages == kStages) {
       return launch_persistent(
