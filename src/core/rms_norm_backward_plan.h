@@ -104,8 +104,10 @@ constexpr bool bwd_ring_kernels(DType x_dtype, DType dy_dtype) {
 RmsNormBwdPlan plan_rms_norm_backward(int64_t n, int vec, bool uniform_phase, bool ring_kernels,
                                       int ring_elem_bytes, bool has_weight);
 
-/// Vectors per thread at which the kernels are built to read ds directly (ds_direct).
-constexpr bool bwd_ds_direct_vpt(int vpt) { return vpt == 2 || vpt == 4; }
+/// Vectors per thread at which the kernels are built to read ds directly (ds_direct): the block
+/// path's split of 16-bit rows of 4096 ... 16384 columns without edge elements, where the ring
+/// with ds passes the budget (the split the GPU tests run it at).
+constexpr bool bwd_ds_direct_vpt(int vpt) { return vpt == 4; }
 
 /// The plan of a call that gives ds (`ds_elem_bytes` per column; 0 without ds): that of
 /// plan_rms_norm_backward with ds in the ring (`ring_elem_bytes` of dy + x, plus ds), unless dx

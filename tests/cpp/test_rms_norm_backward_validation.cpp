@@ -454,9 +454,10 @@ TEST(CpuRmsNormBackwardPlan, DsDirectWhereTheRingWouldPassTheBudget) {
     int64_t n;
     bool uniform, direct;
   };
-  for (const Case& k : {Case{4096, true, false}, Case{6144, true, false}, Case{7168, true, true},
-                        Case{8192, true, true}, Case{16384, true, false}, Case{4095, false, false},
-                        Case{8191, false, false}, Case{70000, true, false}}) {
+  for (const Case& k :
+       {Case{4096, true, false}, Case{6144, true, false}, Case{7168, true, true},
+        Case{8192, true, true}, Case{16384, true, false}, Case{4095, false, false},
+        Case{8191, false, false}, Case{8191, true, false}, Case{70000, true, false}}) {
     const core::RmsNormBwdPlan with =
         core::plan_rms_norm_backward(k.n, 8, k.uniform, true, 6, true);
     const core::RmsNormBwdPlan p =
