@@ -121,15 +121,16 @@ RmsNormBwdPlan plan_rms_norm_backward_ds(int64_t n, int vec, bool uniform_phase,
                                          bool writes_dresidual, bool has_weight) {
   const RmsNormBwdPlan p = plan_rms_norm_backward(n, vec, uniform_phase, ring_kernels,
                                                   ring_elem_bytes + ds_elem_bytes, has_weight);
-  if (ds_elem_bytes == 0 || writes_dresidual || p.path == RmsNormBwdPath::kTwoPass ||
-      p.smem_bytes <= kBwdSmemBudget) {
-    return p;
-  }
+  // The measured case: dx alone, 16-bit dy, s and ds, a weight, no edge elements.
+  const bool measured = ds_elem_bytes == 2 && ring_elem_bytes == 4 && !writes_dresidual &&
+                        has_weight && uniform_phase && n % vec == 0;
+  if (!measured || p.path == RmsNormBwdPath::kTwoPass || p.smem_bytes <= kBwdSmemBudget) return p;
   RmsNormBwdPlan q =
       plan_rms_norm_backward(n, vec, uniform_phase, ring_kernels, ring_elem_bytes, has_weight);
-  // The same split on the block path with register partials, within the budget.
+  // The same split on the block path with register partials, within the budget, two blocks.
   if (q.path != RmsNormBwdPath::kBlockPerRow || q.smem_acc || !bwd_ds_direct_vpt(q.vpt) ||
-      q.threads != p.threads || q.vpt != p.vpt || q.smem_bytes > kBwdSmemBudget) {
+      q.threads > kBwdDsDirectMaxThreads || q.threads != p.threads || q.vpt != p.vpt ||
+      q.smem_bytes > kBwdSmemBudget) {
     return p;
   }
   q.ds_direct = true;

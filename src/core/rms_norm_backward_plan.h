@@ -100,30 +100,33 @@ constexpr bool bwd_ring_kernels(DType x_dtype, DType dy_dtype) {
 /// at the same 16-byte phase (so a thread's columns are the same in every row and its dw
 /// partials stay in registers); `ring_kernels`: bwd_ring_kernels of the dtypes (false takes the
 /// two-pass path). `ring_elem_bytes`: bytes per column staged through
-/// the ring (dy + x, plus ds when present).
+/// the ring (dy + x, plus ds when it is staged there).
 RmsNormBwdPlan plan_rms_norm_backward(int64_t n, int vec, bool uniform_phase, bool ring_kernels,
                                       int ring_elem_bytes, bool has_weight);
 
-/// Vectors per thread at which the kernels are built to read ds directly (ds_direct): the block
-/// path's split of 16-bit rows of 4096 ... 16384 columns without edge elements, where the ring
-/// with ds passes the budget (the split the GPU tests run it at).
+/// Vectors per thread at which the kernels are built to read ds directly (ds_direct).
 constexpr bool bwd_ds_direct_vpt(int vpt) { return vpt == 4; }
 
+/// Most threads of a block that reads ds directly: its instance takes 128 registers, so two such
+/// blocks (the point of leaving ds out of the ring) fit an SM up to here.
+constexpr int kBwdDsDirectMaxThreads = 256;
+
 /// The plan of a call that gives ds (`ds_elem_bytes` per column; 0 without ds): that of
-/// plan_rms_norm_backward with ds in the ring (`ring_elem_bytes` of dy + x, plus ds), unless dx
-/// alone is written (no dresidual), its shared memory passes kBwdSmemBudget and the same split
-/// without ds in the ring stays within it, on the block path with register partials (a uniform
-/// phase) at a split bwd_ds_direct_vpt takes; then that one, with ds_direct (ds read from global
-/// memory; the same values, so dx keeps its bits). At 16-bit N = 8192 that is 133 KB (one block
-/// per SM) against 100 KB (two): the fused add's backward with dx alone 644.62 -> 601.71 us at
-/// M = 32768, with dresidual written too 681.71 -> 717.66 (so not there).
+/// plan_rms_norm_backward with ds in the ring (`ring_elem_bytes` of dy + x, plus ds). Where the
+/// measured case holds it is the same split with ds read from global memory instead
+/// (ds_direct; the same values, so dx keeps its bits): dx alone written (no dresidual), 16-bit
+/// dy, s and ds, a weight, rows without edge elements at a uniform phase, the ring with ds past
+/// kBwdSmemBudget and without it within, the block path at 4 vectors per thread
+/// (bwd_ds_direct_vpt) and at most kBwdDsDirectMaxThreads threads: 16-bit rows of 6152 ... 8192
+/// columns (multiples of 8). At N = 8192 that is 133 KB (one block per SM) against 100 KB (two):
+/// M = 32768 644.62 -> 601.71 us; with dresidual written too it was slower (681.71 -> 717.66).
 RmsNormBwdPlan plan_rms_norm_backward_ds(int64_t n, int vec, bool uniform_phase, bool ring_kernels,
                                          int ring_elem_bytes, int ds_elem_bytes,
                                          bool writes_dresidual, bool has_weight);
 
 /// Dynamic shared memory of one ring-path block of plan p (its path, vec, vpt, threads,
 /// rows_per_block and stages): scratch, weight slots or partials table, rstd slots and the ring
-/// (`ring_elem_bytes` per column and stage: dy + x, plus ds when present).
+/// (`ring_elem_bytes` per column and stage: dy + x, plus ds when it is staged there).
 int64_t bwd_smem_bytes(const RmsNormBwdPlan& p, int ring_elem_bytes, bool has_weight);
 
 /// Blocks per SM (= partial rows per SM) the grid may use for rows of width n.

@@ -446,18 +446,20 @@ TEST(CpuRmsNormBackwardPlan, BlockPathSplit) {
 }
 
 TEST(CpuRmsNormBackwardPlan, DsDirectWhereTheRingWouldPassTheBudget) {
-  // 16-bit rows with ds and dx alone written: in the ring (6 bytes a column and stage) while the
-  // block stays within kBwdSmemBudget; past it, the same split with ds read directly (4 bytes a
-  // column in the ring), where that fits on the block path with register partials (rows of
-  // varying phase keep ds in the ring); without ds, or with dresidual written too, never.
+  // 16-bit rows with ds and dx alone written, a weight, no edge elements: ds in the ring (6 bytes
+  // a column and stage) while the block stays within kBwdSmemBudget; past it the same split with
+  // ds read directly (4 bytes a column in the ring), up to 256 threads. Never without ds, with
+  // dresidual written too, without a weight, for other element sizes, for rows with edge elements
+  // or of varying phase.
   struct Case {
     int64_t n;
     bool uniform, direct;
   };
   for (const Case& k :
-       {Case{4096, true, false}, Case{6144, true, false}, Case{7168, true, true},
-        Case{8192, true, true}, Case{16384, true, false}, Case{4095, false, false},
-        Case{8191, false, false}, Case{8191, true, false}, Case{70000, true, false}}) {
+       {Case{4096, true, false}, Case{6144, true, false}, Case{6152, true, true},
+        Case{7168, true, true}, Case{8192, true, true}, Case{8200, true, false},
+        Case{16384, true, false}, Case{4095, false, false}, Case{8191, false, false},
+        Case{8191, true, false}, Case{8192, false, false}, Case{70000, true, false}}) {
     const core::RmsNormBwdPlan with =
         core::plan_rms_norm_backward(k.n, 8, k.uniform, true, 6, true);
     const core::RmsNormBwdPlan p =
@@ -469,17 +471,26 @@ TEST(CpuRmsNormBackwardPlan, DsDirectWhereTheRingWouldPassTheBudget) {
     if (k.direct) {
       EXPECT_GT(with.smem_bytes, core::kBwdSmemBudget) << k.n;
       EXPECT_LE(p.smem_bytes, core::kBwdSmemBudget) << k.n;
+      EXPECT_LE(p.threads, core::kBwdDsDirectMaxThreads) << k.n;
     } else {
       EXPECT_EQ(p.smem_bytes, with.smem_bytes) << k.n;
     }
-    const core::RmsNormBwdPlan none =
-        core::plan_rms_norm_backward_ds(k.n, 8, k.uniform, true, 4, 0, false, true);
-    EXPECT_FALSE(none.ds_direct) << k.n;
-    // dresidual written too: ds stays in the ring.
-    const core::RmsNormBwdPlan both =
-        core::plan_rms_norm_backward_ds(k.n, 8, k.uniform, true, 4, 2, true, true);
-    EXPECT_FALSE(both.ds_direct) << k.n;
-    EXPECT_EQ(both.smem_bytes, with.smem_bytes) << k.n;
+    EXPECT_FALSE(
+        core::plan_rms_norm_backward_ds(k.n, 8, k.uniform, true, 4, 0, false, true).ds_direct)
+        << k.n;
+    EXPECT_FALSE(
+        core::plan_rms_norm_backward_ds(k.n, 8, k.uniform, true, 4, 2, true, true).ds_direct)
+        << k.n;
+    EXPECT_FALSE(
+        core::plan_rms_norm_backward_ds(k.n, 8, k.uniform, true, 4, 2, false, false).ds_direct)
+        << k.n;
+  }
+  // f32 rows (vector width 4) and an f32 s with 16-bit dy keep ds in the ring.
+  for (int64_t n : {4000, 4096, 5120, 6144, 8192}) {
+    EXPECT_FALSE(core::plan_rms_norm_backward_ds(n, 4, true, true, 8, 4, false, true).ds_direct)
+        << n;
+    EXPECT_FALSE(core::plan_rms_norm_backward_ds(n, 8, true, true, 6, 4, false, true).ds_direct)
+        << n;
   }
 }
 

@@ -14,7 +14,8 @@
 //    cp.async into its own slots (edge elements into a register queue), so the ring needs no
 //    barrier. In the kDsDirect instances (the plan's ds_direct: the ring without ds fits more
 //    blocks per SM) a thread loads its own ds vectors of a row from global memory into registers
-//    when that row's processing starts, before its two sums. A row is read twice from the thread's
+//    when that row's processing starts, before its two sums (an edge element's ds still goes
+//    through the register queue). A row is read twice from the thread's
 //    slots: once for the sums, once for dx and dw. Each element of dx (and dresidual) is written by
 //    the thread that read the matching dy, x (and ds) elements, after reading them: dx may alias dy
 //    (or ds) exactly.
