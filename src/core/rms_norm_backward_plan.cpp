@@ -127,10 +127,9 @@ RmsNormBwdPlan plan_rms_norm_backward_ds(int64_t n, int vec, bool uniform_phase,
   if (!measured || p.path == RmsNormBwdPath::kTwoPass || p.smem_bytes <= kBwdSmemBudget) return p;
   RmsNormBwdPlan q =
       plan_rms_norm_backward(n, vec, uniform_phase, ring_kernels, ring_elem_bytes, has_weight);
-  // The same split on the block path with register partials, within the budget, two blocks.
-  if (q.path != RmsNormBwdPath::kBlockPerRow || q.smem_acc || !bwd_ds_direct_vpt(q.vpt) ||
-      q.threads > kBwdDsDirectMaxThreads || q.threads != p.threads || q.vpt != p.vpt ||
-      q.smem_bytes > kBwdSmemBudget) {
+  // The split depends on n and vec alone, so q has p's; register partials (a uniform phase).
+  if (q.path != RmsNormBwdPath::kBlockPerRow || !bwd_ds_direct_vpt(q.vpt) ||
+      q.threads > kBwdDsDirectMaxThreads || q.smem_bytes > kBwdSmemBudget) {
     return p;
   }
   q.ds_direct = true;

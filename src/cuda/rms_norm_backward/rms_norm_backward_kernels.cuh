@@ -15,10 +15,10 @@
 //    barrier. In the kDsDirect instances (the plan's ds_direct: the ring without ds fits more
 //    blocks per SM) a thread loads its own ds vectors of a row from global memory into registers
 //    when that row's processing starts, before its two sums (an edge element's ds still goes
-//    through the register queue). A row is read twice from the thread's
-//    slots: once for the sums, once for dx and dw. Each element of dx (and dresidual) is written by
-//    the thread that read the matching dy, x (and ds) elements, after reading them: dx may alias dy
-//    (or ds) exactly.
+//    through the register queue). A row is read twice from the thread's slots: once for the
+//    sums, once for dx and dw. Each element of dx (and dresidual) is written by the thread that
+//    read the matching dy, x (and ds) elements, after reading them: dx may alias dy (or ds)
+//    exactly.
 //  - dw partials: when every row sits at the same 16-byte phase (uniform), a thread's columns
 //    are the same in every row and it keeps their dy * xh sums in fp32 registers; otherwise
 //    (kSmemAcc) each warp (warp path) or the block keeps an fp32 table in shared memory that the

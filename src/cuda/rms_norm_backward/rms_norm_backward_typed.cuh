@@ -64,11 +64,12 @@ Status launch_stages(const char* op, const RmsNormBwdKernelArgs& a, const core::
                      bool plain, cudaStream_t s, int64_t* grid) {
   constexpr int kStages = kWarp ? core::kBwdWarpStages : core::kBwdBlockStages;
   constexpr int kDeep = core::kBwdPlainDeepStages;
-  // The plan's ds_direct (ds read from global memory, not through the ring): built for the
-  // block path with register partials at the splits core::plan_rms_norm_backward_ds gives it.
+  // The plan's ds_direct (ds read from global memory, not through the ring; never a plain call,
+  // which has no ds): built for the block path with register partials at the splits
+  // core::plan_rms_norm_backward_ds gives it.
   if (p.ds_direct) {
     if constexpr (!kWarp && !kSmemAcc && core::bwd_ds_direct_vpt(VPT)) {
-      if (!plain && p.stages == kStages) {
+      if (p.stages == kStages) {
         return launch_persistent(
             op, rms_norm_bwd_rows_kernel<Tin, Tdy, V, VPT, kStages, false, false, false, true>, a,
             p, s, grid);
