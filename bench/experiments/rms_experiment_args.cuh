@@ -12,17 +12,17 @@
 
 namespace ropenorm::cuda {
 
-// Kernel arguments of the bf16 rows [M, N] (contiguous) x -> y with weight w, eps 1e-6, exact
-// rounding; with a residual r (written back to ro) when r is not null.
-inline RmsNormKernelArgs make_args(bf16* x, bf16* w, bf16* y, bf16* r, bf16* ro, int64_t M,
-                                   int64_t N) {
+// Kernel arguments of the rows [M, N] (contiguous, dtype dt, bf16 unless given) x -> y with
+// weight w (same dtype), eps 1e-6, exact rounding; with a residual r (written back to ro) when r
+// is not null.
+inline RmsNormKernelArgs make_args(void* x, void* w, void* y, void* r, void* ro, int64_t M,
+                                   int64_t N, DType dt = DType::kBFloat16) {
   RmsNormKernelArgs a{};
   a.x = x;
   a.weight = w;
   a.y = y;
   a.rstd = nullptr;
-  a.x_rows =
-      core::make_row_layout(TensorRef::contiguous(x, DType::kBFloat16, {M, N}, Device::cuda(0)));
+  a.x_rows = core::make_row_layout(TensorRef::contiguous(x, dt, {M, N}, Device::cuda(0)));
   a.y_rows = a.x_rows;
   if (r != nullptr) {
     a.residual = r;
@@ -32,8 +32,8 @@ inline RmsNormKernelArgs make_args(bf16* x, bf16* w, bf16* y, bf16* r, bf16* ro,
   }
   a.m = M;
   a.n = N;
-  a.w_dtype = DType::kBFloat16;
-  a.y_dtype = DType::kBFloat16;
+  a.w_dtype = dt;
+  a.y_dtype = dt;
   a.eps = 1e-6f;
   a.w_offset = 0.f;
   a.rounding = Rounding::kExact;

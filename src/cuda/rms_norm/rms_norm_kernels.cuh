@@ -420,11 +420,14 @@ __global__ void __launch_bounds__(core::kRowsMaxThreads)
 /// chunks, the same weight factor and output expression), so the same bits. kEarlyWeight: the
 /// thread's weight vectors are loaded (as stored, 16 bits each) right after its x vectors, before
 /// the reduction, instead of after it: the same bits, one dependent memory round trip less per
-/// row, VPT * V / 2 more registers.
-template <typename Tx, int V, int VPT, bool kEarlyWeight = false, bool kFused = false>
-__global__ void __launch_bounds__(core::kRowsMaxThreads)
+/// row, VPT * V / 2 more registers. Launched with at most kMaxThreads threads; kMinBlocks > 0
+/// blocks of kMaxThreads per multiprocessor bound its registers (__launch_bounds__; 0: no bound
+/// beyond kMaxThreads's).
+template <typename Tx, int V, int VPT, bool kEarlyWeight = false, bool kFused = false,
+          int kMaxThreads = core::kRowsMaxThreads, int kMinBlocks = 0>
+__global__ void __launch_bounds__(kMaxThreads, kMinBlocks)
     rms_norm_lean_kernel(const RmsNormKernelArgs a) {
-  __shared__ float scratch[VPT * core::kRowsMaxThreads / 32];
+  __shared__ float scratch[VPT * kMaxThreads / 32];
   const int tid = threadIdx.x;
   const int nthreads = blockDim.x;
   const int nvec = static_cast<int>(a.n / V);
@@ -480,7 +483,7 @@ __global__ void __launch_bounds__(core::kRowsMaxThreads)
 #pragma unroll
       for (int i = 0; i < V; ++i) part[k] += v[k][i] * v[k][i];
     }
-    const float rstd = rms_rstd(chunk_sum<VPT, core::kRowsMaxThreads>(part, scratch), a.n, a.eps);
+    const float rstd = rms_rstd(chunk_sum<VPT, kMaxThreads>(part, scratch), a.n, a.eps);
     if (a.rstd != nullptr && tid == 0) a.rstd[row] = rstd;
     Tx* y = static_cast<Tx*>(a.y) + row * y_stride;
 #pragma unroll
