@@ -168,10 +168,23 @@ RmsNormPlan plan_rms_norm(int64_t n, int vec, int x_elem, int r_elem, bool has_w
     while (mid < many && !fits(mid, kMidThreads)) mid *= 2;
     const int64_t sms = sm_count > 0 ? sm_count : 1;
     const bool fused = r_elem > 0;
-    // The fused add's lean kernel: the widest split at every row count (kLeanFusedMaxVpt).
+    if (fused && lean_rows && x_elem == kLeanFusedWideElem && nvec > kRowsMaxThreads &&
+        nvec <= kLeanFusedWideThreads) {
+      // The lean kernel's wide instance: one vector per thread at every row count.
+      p.path = RmsNormPath::kBlockPerRow;
+      p.vpt = 1;
+      p.lean = true;
+      p.early_weight = false;
+      p.threads = round_up(nvec, 32);
+      p.stages = 0;
+      p.weight_in_smem = false;
+      p.smem_bytes = 0;
+      return p;
+    }
+    // The fused add's lean kernel: the widest split at every row count (kLeanFusedMaxVpt), never
+    // the block ring.
     const bool fused_lean = fused && lean_rows && wide <= kLeanFusedMaxVpt;
-    if (aligned_rows && vec > kScalarWidth && fused && rows > kMidRowsPerSm * sms &&
-        !(fused_lean && wide == 1)) {
+    if (aligned_rows && vec > kScalarWidth && fused && rows > kMidRowsPerSm * sms && !fused_lean) {
       RmsNormPlan ring;
       if (plan_block_ring(n, nvec, vec, max_vpt, x_elem, r_elem, has_weight, ring)) return ring;
     }

@@ -126,17 +126,33 @@ constexpr int64_t kLeanMidRowsPerSm = 32;
 constexpr int64_t kLeanEarlyRowsPerSm = 2;
 constexpr int kLeanMaxVpt = 4;
 /// The fused add on lean rows takes the lean kernel at its widest split (one vector per thread up
-/// to 512 threads, else two) at every row count, on the early-weight form up to
-/// kLeanEarlyRowsPerSm rows per multiprocessor; rows that need 2 vectors per thread keep the
-/// block ring from kMidRowsPerSm rows per multiprocessor on, and rows that need more keep the
-/// direct kernel. H200, bf16, out of place (log
+/// to 512 threads, else two; 16-bit rows of up to 1024 vectors: one on kLeanFusedWideThreads,
+/// below) at every row count, never the block ring, on the early-weight form up to
+/// kLeanEarlyRowsPerSm rows per multiprocessor (not the wide instance); rows that need more
+/// keep the direct kernel. H200, bf16, out of place (log
 /// bench/results/rms-fused-lean-87f1391-nvidia-h200.log, docs/performance.md), the lean kernel
 /// against the plan before it: N = 4096 at 512 x 1, M = 1 1.72 us (early) against 2.41, M =
 /// 512 3.66 against 4.74, M = 4096 34.05 against 36.93, M = 32768 258.98 against 292.06 (128 x 4:
-/// 318.14, 256 x 2: 266.62); N = 8192 at 512 x 2, M = 1 2.31 (early) against 3.42, M = 512 7.28
-/// against 8.66, M = 32768 558.05 against the ring's 560.29; N = 7168 (448 x 2) M = 32768 504.22
-/// against the ring's 486.43.
+/// 318.14, 256 x 2: 266.62). f32 rows of 2 vectors per thread (N = 2052 ... 4096), 512 x 2 on
+/// the lean kernel (31 registers, 4 blocks per multiprocessor) against the block ring
+/// (bench/results/rms-fused-occupancy-wide-nvidia-h200.log): N = 4096, M = 4096 65.98 us against
+/// 73.63, M = 32768 518.30 against 576.96; N = 2560, M = 32768 320.67 against 353.54.
 constexpr int kLeanFusedMaxVpt = 2;
+/// The fused add on lean rows of 16-bit elements (kLeanFusedWideElem bytes) wider than
+/// kRowsMaxThreads vectors, up to kLeanFusedWideThreads, takes one vector per thread on the lean
+/// kernel's wide instance (blocks of up to kLeanFusedWideThreads threads, registers bounded by
+/// kLeanFusedWideMinBlocks such blocks per multiprocessor: 32 a thread, so that 2048 threads
+/// fit), at every row count and without the early weight. The same chunks, so the same bits.
+/// H200, bf16, out of place (bench/results/rms-fused-occupancy-1c00802-nvidia-h200.log,
+/// docs/performance.md), against the plan before it (512 x 2 on the lean kernel, 44 registers:
+/// two rows per multiprocessor, the early weight up to kLeanEarlyRowsPerSm rows per
+/// multiprocessor; the block ring from kMidRowsPerSm): N = 8192, M = 1 2.48 us against 2.53,
+/// M = 512 7.26 against 7.59, M = 4096 67.55 against 74.43, M = 32768 511.74 against 561.38
+/// (97.9% of copy); N = 5120, M = 32768 317.82 against 346.85; N = 7168, M = 32768 455.62
+/// against 486.30.
+constexpr int kLeanFusedWideThreads = 1024;
+constexpr int kLeanFusedWideMinBlocks = 2;
+constexpr int kLeanFusedWideElem = 2;
 /// Threads per row the block ring aims for (vectors per thread grow until the row fits them).
 constexpr int kRingThreads = 256;
 /// Ring depth of the block ring (H200, bf16 fused add, M = 32768: 2 stages, two blocks per SM,
@@ -180,14 +196,15 @@ constexpr int64_t ring_smem_bytes(int64_t n, bool w_smem, int64_t slices, int v,
 /// dtypes only; on the block path the split depends on rows / sm_count too (kFewRowsPerSm,
 /// kMidRowsPerSm), which leaves the results unchanged (split-invariant reduction). lean_rows
 /// (rms_norm_lean_rows) lets the block path take the lean direct kernel (kLeanFewRowsPerSm,
-/// kLeanMidRowsPerSm, kLeanMaxVpt; the fused add: kLeanFusedMaxVpt), again with the same
-/// results. aligned_rows
+/// kLeanMidRowsPerSm, kLeanMaxVpt; the fused add: kLeanFusedMaxVpt, kLeanFusedWideThreads),
+/// again with the same results. aligned_rows
 /// (rms_norm_aligned_rows) lets the fused add's many-rows plan (more than kMidRowsPerSm rows per
-/// multiprocessor) take the block ring: about kRingThreads threads, at most kRingMaxVectors
-/// vectors, kBlockRingStages stages and the weight staged when it fits kSmemBudget; the same row
-/// routine and reduction as the direct kernel, so again the same results (H200, bf16,
-/// M = 32768: the ring ran the fused add at N = 4096 / 5120 / 7168 / 8192 in 292.4 / 347.9 /
-/// 489.8 / 562.9 us, the direct kernel in 312.8 / 384.9 / 552.1 / 658.2; docs/performance.md).
+/// multiprocessor) on rows the lean kernel does not take take the block ring: about kRingThreads
+/// threads, at most kRingMaxVectors vectors, kBlockRingStages stages and the weight staged when it
+/// fits kSmemBudget; the same row routine and reduction as the direct kernel, so again the same
+/// results (H200, bf16, M = 32768: the ring ran the fused add at N = 4096 / 5120 / 7168 / 8192 in
+/// 292.4 / 347.9 / 489.8 / 562.9 us, the direct kernel in 312.8 / 384.9 / 552.1 / 658.2;
+/// docs/performance.md).
 RmsNormPlan plan_rms_norm(int64_t n, int vec, int x_elem = 2, int r_elem = 0,
                           bool has_weight = true, int64_t rows = kManyRows, int sm_count = 1,
                           bool lean_rows = false, bool aligned_rows = false);

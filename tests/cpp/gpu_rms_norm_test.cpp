@@ -296,10 +296,10 @@ TEST(GpuRmsNorm, BatchInvariance) {
 // at another element phase than x), the fused add.
 // Rows of more than 32 virtual warps (16384 at 8 elements per vector, 2050 scalars) have one
 // split at every row count; they check chunk_sum's two-level order against the oracle. Aligned
-// fused rows of two vectors per thread planned for more than kMidRowsPerSm rows per SM take the
-// block ring kernel, which must give the bits of the lean kernel (rows of one leading dimension
-// in one dtype, fewer rows) or the direct kernel (the others); fused lean rows of one vector per
-// thread (4096 bf16 and 1032 columns) take the lean kernel at every row count, which
+// fused rows that are not lean rows (hf_llama rounding, a 32-bit residual) planned for more than
+// kMidRowsPerSm rows per SM take the block ring kernel, which must give the bits of the direct
+// kernel at fewer rows; fused lean rows (4096 bf16 and 1032 columns, 8192 bf16 on the wide
+// instance, f32 rows of two vectors per thread) take the lean kernel at every row count, which
 // GpuAddRmsNorm.LeanKernelMatchesDirectKernel sets against the direct kernel and the ring.
 TEST(GpuRmsNorm, SplitInvariance) {
   ROPENORM_REQUIRE_GPU();
@@ -341,9 +341,9 @@ TEST(GpuRmsNorm, SplitInvariance) {
       {4096, DType::kBFloat16, DType::kBFloat16, true, false, 0},
       {4095, DType::kFloat16, DType::kFloat16, true, true, 0},
       // Aligned fused rows: the block ring from kMidRowsPerSm rows per SM on, with several rows
-      // per block (600 rows), in place, a 32-bit residual, a padded pitch, f32 rows.
-      {8192, DType::kBFloat16, DType::kBFloat16, true, false, 0, -1, 0.0f, 0, -1, false, false,
-       600},
+      // per block (600 rows, hf_llama: not lean rows), a 32-bit residual, a padded pitch; lean
+      // rows at every row count: the wide instance in place, f32 rows of two vectors per thread.
+      {8192, DType::kBFloat16, DType::kBFloat16, true, true, 0, -1, 0.0f, 0, -1, false, false, 600},
       {8192, DType::kBFloat16, DType::kBFloat16, true, false, 0, -1, 0.0f, 0, -1, false, true},
       {8192, DType::kBFloat16, DType::kBFloat16, true, false, 0, -1, 0.0f, 0, -1, true, false},
       {5120, DType::kFloat16, DType::kFloat16, true, true, 8, -1, 0.0f, 8},
@@ -389,7 +389,9 @@ TEST(GpuRmsNorm, SplitInvariance) {
 // the bits of the direct kernel and of the block ring, which take the same rows viewed as
 // [3, m / 3, n] stored sequence-major (leading dimensions that do not collapse): y, s and the rstd,
 // planned for the early-weight form's row counts, above them, and above kMidRowsPerSm rows per SM
-// (the ring for the batched view); one and two vectors per thread, each dtype, in place and out.
+// (the ring for the batched view); one vector per thread on up to 512 threads and on the wide
+// instance (16-bit rows of 5120, 8192 and 4104 columns: 513 vectors, a warp of 31 idle threads),
+// two (f32), each dtype, in place and out.
 TEST(GpuAddRmsNorm, LeanKernelMatchesDirectKernel) {
   ROPENORM_REQUIRE_GPU();
   const int64_t sms = cuda::device_sm_count();
@@ -400,7 +402,8 @@ TEST(GpuAddRmsNorm, LeanKernelMatchesDirectKernel) {
   };
   const Variant variants[] = {{4096, DType::kBFloat16, false}, {4096, DType::kBFloat16, true},
                               {2048, DType::kFloat16, false},  {8192, DType::kBFloat16, false},
-                              {5120, DType::kFloat16, true},   {4096, DType::kFloat32, false}};
+                              {5120, DType::kFloat16, true},   {4096, DType::kFloat32, false},
+                              {8192, DType::kBFloat16, true},  {4104, DType::kBFloat16, false}};
   uint64_t seed = 900;
   for (const Variant& v : variants) {
     for (int64_t rows :

@@ -194,9 +194,9 @@ TEST(CpuRmsNormPlan, LeanRows) {
 }
 
 // The fused add on lean rows: the widest split at every row count (early weight up to 2 rows
-// per SM) while it has at most 2 vectors per thread; rows of one vector per thread never take
-// the block ring, rows of two take it from 8 rows per SM on, rows of more keep the direct
-// kernel's plans.
+// per SM) while it has at most 2 vectors per thread; 16-bit rows of 513 to 1024 vectors take one
+// vector per thread on up to 1024 threads (the wide instance, never the early weight); lean rows
+// never take the block ring, rows of more vectors keep the direct kernel's plans.
 TEST(CpuRmsNormPlan, FusedLeanSplit) {
   constexpr int kSms = 132;
   struct Want {
@@ -207,19 +207,24 @@ TEST(CpuRmsNormPlan, FusedLeanSplit) {
     int threads, vpt;
     bool lean, early;
   };
-  const auto blk = RmsNormPath::kBlockPerRow, ring = RmsNormPath::kBlockRing;
+  const auto blk = RmsNormPath::kBlockPerRow;
   for (const Want& w : {Want{4096, 8, 2, 1, blk, 512, 1, true, true},
                         Want{4096, 8, 2, 264, blk, 512, 1, true, true},
                         Want{4096, 8, 2, 265, blk, 512, 1, true, false},
                         Want{4096, 8, 2, 1057, blk, 512, 1, true, false},
                         Want{4096, 8, 2, 40000, blk, 512, 1, true, false},
                         Want{2048, 8, 2, 40000, blk, 256, 1, true, false},
-                        Want{8192, 8, 2, 1, blk, 512, 2, true, true},
-                        Want{8192, 8, 2, 1056, blk, 512, 2, true, false},
-                        Want{8192, 8, 2, 1057, ring, 256, 4, false, false},
-                        Want{5120, 8, 2, 600, blk, 320, 2, true, false},
+                        Want{8192, 8, 2, 1, blk, 1024, 1, true, false},
+                        Want{8192, 8, 2, 1056, blk, 1024, 1, true, false},
+                        Want{8192, 8, 2, 40000, blk, 1024, 1, true, false},
+                        Want{5120, 8, 2, 600, blk, 640, 1, true, false},
+                        Want{4104, 8, 2, 1, blk, 544, 1, true, false},
+                        Want{4104, 8, 2, 40000, blk, 544, 1, true, false},
+                        Want{8200, 8, 2, 1, blk, 288, 4, false, false},
                         Want{4096, 4, 4, 1, blk, 512, 2, true, true},
-                        Want{4096, 4, 4, 1057, ring, 256, 4, false, false},
+                        Want{4096, 4, 4, 1056, blk, 512, 2, true, false},
+                        Want{4096, 4, 4, 1057, blk, 512, 2, true, false},
+                        Want{4096, 4, 4, 40000, blk, 512, 2, true, false},
                         Want{16384, 8, 2, 1, blk, 512, 4, false, false},
                         Want{16384, 8, 2, 5000, blk, 512, 4, false, false}}) {
     const auto p = plan_rms_norm(w.n, w.vec, w.elem, w.elem, true, w.rows, kSms, true, true);
@@ -387,6 +392,13 @@ TEST(CpuRmsNormPlan, EveryRegisterPlanCoversTheRow) {
               EXPECT_EQ(q.path, RmsNormPath::kBlockPerRow) << n;
               EXPECT_LE(q.vpt, r_elem > 0 ? kLeanFusedMaxVpt : kLeanMaxVpt) << n;
               EXPECT_GE(int64_t{q.threads} * q.vpt * vec, n) << n;
+              EXPECT_EQ(q.threads % 32, 0) << n;
+              // Past kRowsMaxThreads only the fused add's wide instance.
+              if (q.threads > kRowsMaxThreads) {
+                EXPECT_TRUE(r_elem > 0 && elem == kLeanFusedWideElem && q.vpt == 1 &&
+                            !q.early_weight && q.threads <= kLeanFusedWideThreads)
+                    << n;
+              }
             }
           }
           if (p.path == RmsNormPath::kTwoPass) continue;

@@ -98,13 +98,26 @@ Status launch_grid(Kernel kernel, const RmsNormKernelArgs& a, int threads, cudaS
 
 template <typename Tx, int V, int VPT, bool kFused>
 Status launch_lean_vpt(const RmsNormKernelArgs& a, const core::RmsNormPlan& p, cudaStream_t s) {
+  if (p.threads > core::kRowsMaxThreads) {
+    // The fused add's wide instance (core::kLeanFusedWideThreads): 16-bit rows, one vector per
+    // thread, no early weight.
+    if constexpr (kFused && VPT == 1 && sizeof(Tx) == core::kLeanFusedWideElem) {
+      if (!p.early_weight && p.threads <= core::kLeanFusedWideThreads) {
+        return launch_grid(rms_norm_lean_kernel<Tx, V, 1, false, true, core::kLeanFusedWideThreads,
+                                                core::kLeanFusedWideMinBlocks>,
+                           a, p.threads, s);
+      }
+    }
+    return bad_plan("lean kernel, threads", p.threads);
+  }
   return p.early_weight
              ? launch_grid(rms_norm_lean_kernel<Tx, V, VPT, true, kFused>, a, p.threads, s)
              : launch_grid(rms_norm_lean_kernel<Tx, V, VPT, false, kFused>, a, p.threads, s);
 }
 
 // Built for what the plan sends there: vector rows of the plain op at 1, 2 and 4 vectors per
-// thread, of the fused add with a residual of x's dtype at 1 and 2 (core::kLeanFusedMaxVpt).
+// thread, of the fused add with a residual of x's dtype at 1 and 2 (core::kLeanFusedMaxVpt), and
+// its 16-bit rows of 1 on up to core::kLeanFusedWideThreads threads.
 template <typename Tx, typename Tr, int V>
 Status launch_lean(const RmsNormKernelArgs& a, const core::RmsNormPlan& p, cudaStream_t s) {
   static_assert(core::kLeanMaxVpt == 4 && core::kLeanFusedMaxVpt == 2,
