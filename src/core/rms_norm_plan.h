@@ -144,7 +144,7 @@ constexpr int kLeanFusedMaxVpt = 2;
 /// kLeanFusedWideMinBlocks such blocks per multiprocessor: 32 a thread, so that 2048 threads
 /// fit), at every row count and without the early weight. The same chunks, so the same bits.
 /// H200, bf16, out of place (bench/results/rms-fused-occupancy-1c00802-nvidia-h200.log,
-/// docs/performance.md), against the plan before it (512 x 2 on the lean kernel, 44 registers:
+/// docs/performance.md), against the plan before it (512 x 2 on the lean kernel, 50 registers:
 /// two rows per multiprocessor, the early weight up to kLeanEarlyRowsPerSm rows per
 /// multiprocessor; the block ring from kMidRowsPerSm): N = 8192, M = 1 2.48 us against 2.53,
 /// M = 512 7.26 against 7.59, M = 4096 67.55 against 74.43, M = 32768 511.74 against 561.38
