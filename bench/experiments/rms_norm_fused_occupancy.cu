@@ -1,22 +1,22 @@
 // RMSNorm fused add on wide rows (H200): how many rows per multiprocessor does the lean kernel
 // need in flight? At e9ef477 (peers-add_rms_norm-e9ef477-*) Liger-Kernel's fused add ran
-// N = 5120 ... 8192 at 98-101% of copy where ropenorm's plan (the block ring from more than
-// kMidRowsPerSm rows per multiprocessor, the lean kernel at 2 vectors per thread below) ran at
-// 78-92%. Liger-Kernel's row is the lean kernel's early-weight form at 16 warps (two 16-byte
-// vectors of x and of the residual per thread at 8192 columns); its register count is Triton's.
-// The lean kernel at 512 x 2 takes 44 registers (rms-fused-lean-87f1391-*): two blocks, two rows,
-// per multiprocessor. This experiment runs the library's rms_norm_lean_kernel (kFused) with its
-// register bound raised by __launch_bounds__'s minimum blocks (kMinBlocks) and at 1024 threads
-// (one vector per thread up to 8192 columns), against the public add_rms_norm call, which it
-// must match bit for bit (y, s and the rstd: the same chunk_sum chunks at every split).
+// N = 5120 ... 8192 at 99-101% of copy (M = 32768) where ropenorm's plan (the block ring from
+// more than kMidRowsPerSm rows per multiprocessor, the lean kernel at 2 vectors per thread
+// below) ran at 91-92%. Liger-Kernel's row is the lean kernel's early-weight form at 16 warps (two
+// 16-byte vectors of x and of the residual per thread at 8192 columns); its register count is
+// Triton's. The lean kernel at 512 x 2 takes 50 registers (44 in rms-fused-lean-87f1391-*'s copy):
+// two blocks, two rows, per multiprocessor. This experiment runs the library's rms_norm_lean_kernel
+// (kFused) with its register bound set by __launch_bounds__'s minimum blocks (kMinBlocks) and at
+// 1024 threads (one vector per thread up to 8192 columns), against the public add_rms_norm call,
+// which it must match bit for bit (y, s and the rstd: the same chunk_sum chunks at every split).
 // bf16 (N = 4096 ... 8192) and f32 (N = 2560 ... 4096: the same 16-byte vectors per row) x,
 // residual, weight, y and s, contiguous [M, N], out of place, rstd saved, eps 1e-6;
 // CUDA-graph replay up to 512 rows, cold-L2 event medians above; the copy bandwidth of the same
 // run. Per variant: registers, local memory (spills) and resident blocks per multiprocessor.
 // Ownership as the lean kernel (rms_norm_kernels.cuh). Not part of the build:
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90,code=sm_90 -Iinclude -Isrc -Ibench/experiments \
-//        bench/experiments/rms_norm_fused_occupancy.cu build/libropenorm.a -o
-//        rms_norm_fused_occupancy
+//        bench/experiments/rms_norm_fused_occupancy.cu build/libropenorm.a \
+//        -o rms_norm_fused_occupancy
 #include <cuda_runtime.h>
 
 #include <cstdint>

@@ -133,8 +133,8 @@ constexpr int kLeanMaxVpt = 4;
 /// bench/results/rms-fused-lean-87f1391-nvidia-h200.log, docs/performance.md), the lean kernel
 /// against the plan before it: N = 4096 at 512 x 1, M = 1 1.72 us (early) against 2.41, M =
 /// 512 3.66 against 4.74, M = 4096 34.05 against 36.93, M = 32768 258.98 against 292.06 (128 x 4:
-/// 318.14, 256 x 2: 266.62). f32 rows of 2 vectors per thread (N = 2052 ... 4096), 512 x 2 on
-/// the lean kernel (31 registers, 4 blocks per multiprocessor) against the block ring
+/// 318.14, 256 x 2: 266.62). f32 rows of 2 vectors per thread (N = 2052 ... 4096) on the lean
+/// kernel (31 registers: 4 to 6 blocks per multiprocessor) against the block ring
 /// (bench/results/rms-fused-occupancy-wide-nvidia-h200.log): N = 4096, M = 4096 65.98 us against
 /// 73.63, M = 32768 518.30 against 576.96; N = 2560, M = 32768 320.67 against 353.54.
 constexpr int kLeanFusedMaxVpt = 2;
