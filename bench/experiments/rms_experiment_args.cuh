@@ -3,11 +3,14 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <vector>
 
 #include "core/row_layout.h"
 #include "cuda/common/dtype.cuh"
 #include "cuda/rms_norm/rms_norm_args.h"
+#include "ropenorm/status.h"
 #include "ropenorm/tensor.h"
 
 namespace ropenorm::cuda {
@@ -39,6 +42,14 @@ inline RmsNormKernelArgs make_args(void* x, void* w, void* y, void* r, void* ro,
   a.rounding = Rounding::kExact;
   a.weight_vec = true;
   return a;
+}
+
+/// Stops the experiment with the library's message when a call failed.
+inline void require_ok(const Status& st) {
+  if (!st.ok()) {
+    printf("%s\n", st.message().c_str());
+    exit(1);
+  }
 }
 
 /// bf16 bit patterns from an xorshift64 generator (state s, advanced): magnitudes within 256

@@ -173,12 +173,7 @@ int main() {
       const TensorRef wt = TensorRef::contiguous(w, DType::kBFloat16, {N}, Device::cuda(0));
       const TensorRef rt = TensorRef::contiguous(rstd, DType::kFloat32, {M}, Device::cuda(0));
       const float lib_us = time([&](cudaStream_t st) {
-        const Status stt =
-            add_rms_norm(view(x), view(r), wt, view(y), view(s), rt, RmsNormParams{}, st);
-        if (!stt.ok()) {
-          printf("%s\n", stt.message().c_str());
-          exit(1);
-        }
+        require_ok(add_rms_norm(view(x), view(r), wt, view(y), view(s), rt, RmsNormParams{}, st));
       });
       ref_y = out_y;
       ref_s = out_s;

@@ -110,12 +110,8 @@ size_t run(const Buffers& b, DType dt, std::initializer_list<int64_t> ns, double
       const TensorRef wt = TensorRef::contiguous(b.w, dt, {N}, Device::cuda(0));
       const TensorRef rt = TensorRef::contiguous(b.rstd, DType::kFloat32, {M}, Device::cuda(0));
       const float lib_us = time([&](cudaStream_t st) {
-        const Status stt =
-            add_rms_norm(view(b.x), view(b.r), wt, view(b.y), view(b.s), rt, RmsNormParams{}, st);
-        if (!stt.ok()) {
-          printf("%s\n", stt.message().c_str());
-          exit(1);
-        }
+        require_ok(
+            add_rms_norm(view(b.x), view(b.r), wt, view(b.y), view(b.s), rt, RmsNormParams{}, st));
       });
       ref_y = out_y;
       ref_s = out_s;
