@@ -7,8 +7,14 @@ sample (a spin, an L2 flush by reading twice the L2, events around one call) for
 and Liger-Kernel's, and records each sample under torch.profiler: per implementation and shape
 the median event time and the median duration of each kernel the call ran, so that the time
 outside the kernels shows. bf16, contiguous [M, N], eps 1e-6, out of place, no gradients.
+With the argument "fwd_bwd" it records the forward + backward sample instead (x, residual and
+weight requiring gradients, torch.autograd.grad of (y, s) with random seeds, as the peers
+benchmark's fwd_bwd pass) at few rows of 4095 and 4096 columns, where the peers runs put
+ropenorm's odd widths several microseconds behind its even ones; each kernel of the sample with
+its median duration and count per sample. torch's reduction kernels are left out of the lists
+(the L2 flush is one; so is Liger-Kernel's sum of its dw partials).
 Not part of the test suite or the main job:
-    PYTHONPATH=python:<liger site> python3 bench/experiments/peers_kernel_times.py
+    PYTHONPATH=python:<liger site> python3 bench/experiments/peers_kernel_times.py [fwd_bwd]
 """
 
 import statistics
@@ -20,6 +26,7 @@ from torch.profiler import ProfilerActivity, profile
 import ropenorm
 
 SHAPES = [(4096, 4096), (4096, 5120), (4096, 7168), (4096, 8192), (32768, 4096)]
+FWD_BWD_SHAPES = [(1, 4095), (1, 4096), (32, 4095), (32, 4096), (512, 4095), (512, 4096)]
 SAMPLES = 25
 
 
@@ -36,17 +43,27 @@ def impls():
 
 
 def main() -> int:
+    fwd_bwd = len(sys.argv) > 1 and sys.argv[1] == "fwd_bwd"
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     flush = torch.empty(max(2 * l2, 128 << 20) // 4, device="cuda").uniform_()
     a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    print(f"{torch.cuda.get_device_name(0)}, torch {torch.__version__}")
-    for m, n in SHAPES:
-        x = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
-        r = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
-        w = torch.randn(n, device="cuda", dtype=torch.bfloat16)
-        for name, fn in impls().items():
+    print(f"{torch.cuda.get_device_name(0)}, torch {torch.__version__}"
+          f"{', forward + backward' if fwd_bwd else ''}")
+    for m, n in FWD_BWD_SHAPES if fwd_bwd else SHAPES:
+        x = torch.randn(m, n, device="cuda", dtype=torch.bfloat16, requires_grad=fwd_bwd)
+        r = torch.randn(m, n, device="cuda", dtype=torch.bfloat16, requires_grad=fwd_bwd)
+        w = torch.randn(n, device="cuda", dtype=torch.bfloat16, requires_grad=fwd_bwd)
+        seeds = [torch.randn(m, n, device="cuda", dtype=torch.bfloat16) for _ in range(2)]
+        for name, impl in impls().items():
+            if fwd_bwd:
+                def fn(impl=impl):
+                    return torch.autograd.grad(impl(x, r, w), [x, r, w], seeds)
+            else:
+                def fn(impl=impl):
+                    with torch.no_grad():
+                        return impl(x, r, w)
             for _ in range(3):
-                fn(x, r, w)
+                fn()
             torch.cuda.synchronize()
             events = []
             with profile(activities=[ProfilerActivity.CUDA]) as prof:
@@ -55,17 +72,18 @@ def main() -> int:
                     torch.cuda._sleep(200_000)
                     torch.sum(flush)
                     a.record()
-                    out = fn(x, r, w)
+                    out = fn()
                     b.record()
                     b.synchronize()
                     events.append(a.elapsed_time(b) * 1e3)
                     del out
             kernels = {}
             for e in prof.events():
-                if e.device_type == torch.autograd.DeviceType.CUDA and "sum" not in e.name.lower() \
-                        and "sleep" not in e.name.lower() and "reduce" not in e.name.lower():
+                low = e.name.lower()
+                if e.device_type == torch.autograd.DeviceType.CUDA and "sleep" not in low \
+                        and "spin" not in low and not (low.startswith("void at::native::reduce")):
                     kernels.setdefault(e.name[:60], []).append(e.device_time)
-            ks = "; ".join(f"{k}: {statistics.median(v):.2f} us x{len(v)}"
+            ks = "; ".join(f"{k}: {statistics.median(v):.2f} us x{len(v) / SAMPLES:g}"
                            for k, v in kernels.items())
             print(f"{name:9s} M={m:6d} N={n:5d} event {statistics.median(events):8.2f} us | {ks}")
     return 0
