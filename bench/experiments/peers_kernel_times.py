@@ -11,8 +11,11 @@ With the argument "fwd_bwd" it records the forward + backward sample instead (x,
 weight requiring gradients, torch.autograd.grad of (y, s) with random seeds, as the peers
 benchmark's fwd_bwd pass) at few rows of 4095 and 4096 columns, where the peers runs put
 ropenorm's odd widths several microseconds behind its even ones; each kernel of the sample with
-its median duration and count per sample. torch's reduction kernels are left out of the lists
-(the L2 flush is one; so is Liger-Kernel's sum of its dw partials).
+its median duration and count per sample, and a timeline per sample: each kernel's median start
+and end from the first kernel's start, the span and the busy time (kernels launched with
+programmatic dependent launch may start before their predecessor ends and wait inside, so their
+durations overlap). torch's reduction kernels are left out of the lists (the L2 flush is one; so
+is Liger-Kernel's sum of its dw partials).
 Not part of the test suite or the main job:
     PYTHONPATH=python:<liger site> python3 bench/experiments/peers_kernel_times.py [fwd_bwd]
 """
@@ -86,7 +89,49 @@ def main() -> int:
             ks = "; ".join(f"{k}: {statistics.median(v):.2f} us x{len(v) / SAMPLES:g}"
                            for k, v in kernels.items())
             print(f"{name:9s} M={m:6d} N={n:5d} event {statistics.median(events):8.2f} us | {ks}")
+            if fwd_bwd:
+                print(f"{'':9s} timeline: {timeline(prof)}")
     return 0
+
+
+def timeline(prof) -> str:
+    """Per sample, the kernels after the L2 flush (a torch reduction) on one time axis from the
+    first one's start: each kernel's median start and end, the median span (first start to last
+    end) and the median busy time (the union of the kernels' intervals: overlapping kernels count
+    once, gaps where the device waited for the host not at all)."""
+    samples, cur, flush_next = [], None, False
+    kernels = sorted((e for e in prof.events()
+                      if e.device_type == torch.autograd.DeviceType.CUDA),
+                     key=lambda e: e.time_range.start)
+    for e in kernels:
+        low = e.name.lower()
+        if "sleep" in low or "spin" in low:  # a sample's spin, then its flush, then the call
+            cur, flush_next = None, True
+        elif flush_next:
+            if low.startswith("void at::native::reduce"):
+                cur, flush_next = [], False
+                samples.append(cur)
+        elif cur is not None:
+            cur.append((e.name[:40], e.time_range.start, e.time_range.end))
+    starts, ends, spans, busy = {}, {}, [], []
+    for ks in samples:
+        if not ks:
+            continue
+        t0 = ks[0][1]
+        for nm, a, b in ks:
+            starts.setdefault(nm, []).append(a - t0)
+            ends.setdefault(nm, []).append(b - t0)
+        spans.append(max(b for _, _, b in ks) - t0)
+        union, reach = 0.0, t0
+        for _, a, b in ks:
+            if b > reach:
+                union += b - max(a, reach)
+                reach = b
+        busy.append(union)
+    parts = [f"{nm} {statistics.median(starts[nm]):.2f}-{statistics.median(ends[nm]):.2f}"
+             for nm in starts]
+    return (f"span {statistics.median(spans):.2f} us, busy {statistics.median(busy):.2f} us | "
+            + "; ".join(parts))
 
 
 if __name__ == "__main__":
