@@ -168,7 +168,10 @@ RmsNormPlan plan_rms_norm(int64_t n, int vec, int x_elem, int r_elem, bool has_w
     while (mid < many && !fits(mid, kMidThreads)) mid *= 2;
     const int64_t sms = sm_count > 0 ? sm_count : 1;
     const bool fused = r_elem > 0;
-    if (fused && lean_rows && x_elem == kLeanFusedWideElem && nvec > kRowsMaxThreads &&
+    // Lean rows hold the residual in x's dtype (rms_norm_lean_rows); r_elem == x_elem says so
+    // for callers that pass lean_rows themselves.
+    const bool fused_lean_rows = fused && lean_rows && r_elem == x_elem;
+    if (fused_lean_rows && x_elem == kLeanFusedWideElem && nvec > kRowsMaxThreads &&
         nvec <= kLeanFusedWideThreads) {
       // The lean kernel's wide instance: one vector per thread at every row count.
       p.path = RmsNormPath::kBlockPerRow;
@@ -183,7 +186,7 @@ RmsNormPlan plan_rms_norm(int64_t n, int vec, int x_elem, int r_elem, bool has_w
     }
     // The fused add's lean kernel: the widest split at every row count (kLeanFusedMaxVpt), never
     // the block ring.
-    const bool fused_lean = fused && lean_rows && wide <= kLeanFusedMaxVpt;
+    const bool fused_lean = fused_lean_rows && wide <= kLeanFusedMaxVpt;
     if (aligned_rows && vec > kScalarWidth && fused && rows > kMidRowsPerSm * sms && !fused_lean) {
       RmsNormPlan ring;
       if (plan_block_ring(n, nvec, vec, max_vpt, x_elem, r_elem, has_weight, ring)) return ring;

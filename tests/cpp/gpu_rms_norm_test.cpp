@@ -256,7 +256,9 @@ TEST(GpuRmsNorm, BatchInvariance) {
       std::vector<std::vector<uint64_t>> first_rows;
       // With 132 SMs: 1 row takes the block path's widest split, 255 and more the middle one
       // (rows the lean kernel serves, 4096 and 8192 columns: up to 264 rows its early-weight
-      // form at the many-rows split, 4096 rows its plain form at the middle split).
+      // form at the many-rows split, 4096 rows its plain form at the middle split). The fused
+      // add's lean rows (4096 and 8192 columns) take one plan at every M (across kernels:
+      // GpuAddRmsNorm.LeanKernelMatchesDirectKernel); its rows of 4095 columns change split.
       for (int64_t m : {1, 255, 256, 4096}) {
         if (n >= 65536 && m > 256) continue;
         RmsNormCase c;
@@ -342,7 +344,9 @@ TEST(GpuRmsNorm, SplitInvariance) {
       {4095, DType::kFloat16, DType::kFloat16, true, true, 0},
       // Aligned fused rows: the block ring from kMidRowsPerSm rows per SM on, with several rows
       // per block (600 rows, hf_llama: not lean rows), a 32-bit residual, a padded pitch; lean
-      // rows at every row count: the wide instance in place, f32 rows of two vectors per thread.
+      // rows take one plan at every row count (the wide instance in place, f32 rows of two
+      // vectors per thread): here only the oracle checks them, LeanKernelMatchesDirectKernel
+      // sets them against other kernels.
       {8192, DType::kBFloat16, DType::kBFloat16, true, true, 0, -1, 0.0f, 0, -1, false, false, 600},
       {8192, DType::kBFloat16, DType::kBFloat16, true, false, 0, -1, 0.0f, 0, -1, false, true},
       {8192, DType::kBFloat16, DType::kBFloat16, true, false, 0, -1, 0.0f, 0, -1, true, false},

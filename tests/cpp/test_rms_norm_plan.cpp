@@ -255,7 +255,7 @@ TEST(CpuRmsNormPlan, FusedLeanRowsOfTheGpuTestLayouts) {
   };
   for (const Variant& v : {Variant{4096, DType::kBFloat16}, Variant{2048, DType::kFloat16},
                            Variant{8192, DType::kBFloat16}, Variant{5120, DType::kFloat16},
-                           Variant{4096, DType::kFloat32}}) {
+                           Variant{4096, DType::kFloat32}, Variant{4104, DType::kBFloat16}}) {
     const int64_t m = 24, pitch = v.n + 8;
     const int elem = static_cast<int>(dtype_size(v.dt));
     auto facts = [&](bool batched, int64_t at) {
@@ -399,6 +399,11 @@ TEST(CpuRmsNormPlan, EveryRegisterPlanCoversTheRow) {
                             !q.early_weight && q.threads <= kLeanFusedWideThreads)
                     << n;
               }
+            }
+            // A residual of another element size is never planned on the lean kernel.
+            if (r_elem > 0) {
+              const auto mixed = plan_rms_norm(n, vec, elem, 6 - elem, true, rows, 132, true, true);
+              EXPECT_FALSE(mixed.lean) << n;
             }
           }
           if (p.path == RmsNormPath::kTwoPass) continue;
