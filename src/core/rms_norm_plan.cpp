@@ -171,22 +171,12 @@ RmsNormPlan plan_rms_norm(int64_t n, int vec, int x_elem, int r_elem, bool has_w
     // Lean rows hold the residual in x's dtype (rms_norm_lean_rows); r_elem == x_elem says so
     // for callers that pass lean_rows themselves.
     const bool fused_lean_rows = fused && lean_rows && r_elem == x_elem;
-    if (fused_lean_rows && x_elem == kLeanFusedWideElem && nvec > kRowsMaxThreads &&
-        nvec <= kLeanFusedWideThreads) {
-      // The lean kernel's wide instance: one vector per thread at every row count.
-      p.path = RmsNormPath::kBlockPerRow;
-      p.vpt = 1;
-      p.lean = true;
-      p.early_weight = false;
-      p.threads = round_up(nvec, 32);
-      p.stages = 0;
-      p.weight_in_smem = false;
-      p.smem_bytes = 0;
-      return p;
-    }
     // The fused add's lean kernel: the widest split at every row count (kLeanFusedMaxVpt), never
-    // the block ring.
+    // the block ring; 16-bit rows past kRowsMaxThreads vectors at one vector per thread on the
+    // wide instance (kLeanFusedWideThreads), without the early weight.
     const bool fused_lean = fused_lean_rows && wide <= kLeanFusedMaxVpt;
+    const bool fused_wide = fused_lean && x_elem == kLeanFusedWideElem && nvec > kRowsMaxThreads &&
+                            nvec <= kLeanFusedWideThreads;
     if (aligned_rows && vec > kScalarWidth && fused && rows > kMidRowsPerSm * sms && !fused_lean) {
       RmsNormPlan ring;
       if (plan_block_ring(n, nvec, vec, max_vpt, x_elem, r_elem, has_weight, ring)) return ring;
@@ -194,10 +184,12 @@ RmsNormPlan plan_rms_norm(int64_t n, int vec, int x_elem, int r_elem, bool has_w
     const bool lean = fused ? fused_lean : lean_rows;
     const int64_t few_rows = (lean && wide == 1 ? kLeanFewRowsPerSm : kFewRowsPerSm) * sms;
     const int64_t mid_rows = (lean ? kLeanMidRowsPerSm : kMidRowsPerSm) * sms;
-    const bool early = lean && (fused || many <= kLeanMaxVpt) && rows <= kLeanEarlyRowsPerSm * sms;
-    const int vpt = fused_lean ? wide
-                    : early    ? many
-                               : (rows <= few_rows ? wide : (rows <= mid_rows ? mid : many));
+    const bool early =
+        lean && !fused_wide && (fused || many <= kLeanMaxVpt) && rows <= kLeanEarlyRowsPerSm * sms;
+    const int vpt = fused_wide   ? 1
+                    : fused_lean ? wide
+                    : early      ? many
+                                 : (rows <= few_rows ? wide : (rows <= mid_rows ? mid : many));
     // The direct kernel: registers only, no shared-memory ring, weight read from global memory.
     p.path = RmsNormPath::kBlockPerRow;
     p.vpt = vpt;
