@@ -110,15 +110,32 @@ RmsNormBackwardInputs make_backward_inputs(const RmsNormBackwardCase& c) {
   return in;
 }
 
+namespace {
+
+// What a case writes: dresidual or not, dresidual in ds's place (in place with ds), and the
+// dtypes of dx (dy's when in place) and dresidual (x's when it is ds).
+struct OutputForms {
+  bool dres, dres_in_ds;
+  DType dx_dtype, dres_dtype;
+};
+
+OutputForms output_forms(const RmsNormBackwardCase& c) {
+  const bool dres = writes_dresidual(c);
+  const bool dres_in_ds = dres && c.in_place && c.has_ds;
+  return {dres, dres_in_ds, c.in_place ? c.dy_dtype : c.dx_dtype,
+          dres_in_ds ? c.x_dtype : c.dres_dtype};
+}
+
+}  // namespace
+
 RmsNormBackwardOutcome run_backward_case(const RmsNormBackwardCase& c,
                                          const RmsNormBackwardInputs& in) {
   RmsNormBackwardOutcome out;
   const RowPlacement L{c.m, c.n, c.n + c.pitch_pad, c.storage_offset, c.batch};
   const RowPlacement DL = L.at_offset(c.in_place ? -1 : c.dx_offset);  // dx (dy when in place)
-  const bool has_dres = writes_dresidual(c);
-  const bool dres_in_ds = has_dres && c.in_place && c.has_ds;
-  const DType dx_dtype = c.in_place ? c.dy_dtype : c.dx_dtype;
-  const DType dres_dtype = dres_in_ds ? c.x_dtype : c.dres_dtype;
+  const OutputForms f = output_forms(c);
+  const bool has_dres = f.dres, dres_in_ds = f.dres_in_ds;
+  const DType dx_dtype = f.dx_dtype, dres_dtype = f.dres_dtype;
   const Device dev = Device::cuda(0);
   const int64_t woff = c.weight_offset >= 0 ? c.weight_offset : c.storage_offset;
   const int64_t wsoff = c.workspace_offset >= 0 ? c.workspace_offset : c.storage_offset;
@@ -195,10 +212,9 @@ RmsNormBackwardOutcome run_backward_case(const RmsNormBackwardCase& c,
 void check_backward_outputs(const RmsNormBackwardCase& c, const RmsNormBackwardInputs& in,
                             RmsNormBackwardOutcome* outp) {
   RmsNormBackwardOutcome& out = *outp;
-  const bool has_dres = writes_dresidual(c);
-  const bool dres_in_ds = has_dres && c.in_place && c.has_ds;
-  const DType dx_dtype = c.in_place ? c.dy_dtype : c.dx_dtype;
-  const DType dres_dtype = dres_in_ds ? c.x_dtype : c.dres_dtype;
+  const OutputForms f = output_forms(c);
+  const bool has_dres = f.dres;
+  const DType dx_dtype = f.dx_dtype, dres_dtype = f.dres_dtype;
   const bool want_dw = c.has_weight && c.want_dw;
   out.tol_dx = ref::tolerance_ulp(kTolOp, "dx", dx_dtype);
   const double tol_dres = ref::tolerance_ulp(kTolOp, "dx", dres_dtype);
