@@ -169,6 +169,13 @@ bool bwd_plain_call(const RmsNormBwdPlan& p, const BwdPlainFacts& f) {
          !f.ds && !f.dresidual && f.dx_as_input && f.dy_as_input;
 }
 
+bool bwd_lean_call(const RmsNormBwdPlan& p, const BwdLeanFacts& f, int64_t rows, int sm_count) {
+  return p.path == RmsNormBwdPath::kBlockPerRow && !p.smem_acc &&
+         p.threads <= bwd_lean_max_threads(p.vpt) && f.aligned && f.one_leading_dim &&
+         f.same_dtype && f.weight_aligned && f.dw &&
+         rows <= static_cast<int64_t>(kBwdLeanMaxRowsPerSm) * std::max(sm_count, 1);
+}
+
 RmsNormBwdPlan bwd_plain_plan(const RmsNormBwdPlan& p, int elem_bytes, int64_t smem_per_sm,
                               int64_t smem_reserved) {
   if (elem_bytes != 2 || p.path != RmsNormBwdPath::kBlockPerRow || p.vpt != kBwdPlainDeepVpt) {

@@ -79,6 +79,9 @@ struct RmsNormBwdPlan {
   /// per SM).
   bool ds_direct = false;
   int64_t smem_bytes = 0;  ///< dynamic shared memory per block
+  /// The lean kernel instead of the ring kernel, on the ring kernel's grid and split (so the same
+  /// bits): set by the launcher from bwd_lean_call, never by plan_rms_norm_backward.
+  bool lean = false;
 };
 
 /// Column c's slot in the shared-memory tables of the ring kernels (weight factors, dw partials,
@@ -168,5 +171,38 @@ bool bwd_plain_call(const RmsNormBwdPlan& p, const BwdPlainFacts& f);
 /// grouping of dw's partial rows, follows the blocks that fit.
 RmsNormBwdPlan bwd_plain_plan(const RmsNormBwdPlan& p, int elem_bytes, int64_t smem_per_sm,
                               int64_t smem_reserved);
+
+/// What decides whether a call's rows can take the lean backward kernel (bwd_lean_call).
+struct BwdLeanFacts {
+  /// n a multiple of the vector width, every row of dy, x (s), ds, dx and dresidual starts on a
+  /// 16-byte boundary, and the vector width moves 16 bytes.
+  bool aligned = false;
+  bool one_leading_dim = false;  ///< each of those row tensors has at most one leading dimension
+  bool same_dtype = false;       ///< dy, dx, dresidual (when written) and the weight in x's dtype
+  bool weight_aligned = false;   ///< a weight given, 16-byte aligned
+  bool dw = false;               ///< dw wanted
+};
+
+/// Largest block of the lean kernel at vpt vectors per thread (its launch bound): at 4 vectors
+/// per thread a thread holds its dy, x, ds, weight and partials, past 128 registers.
+constexpr int bwd_lean_max_threads(int vpt) { return vpt >= 4 ? 256 : kBwdMaxThreads; }
+
+/// Rows per SM up to which lean rows take the lean kernel. H200, bf16, the call with its column
+/// sum, cold L2 (bench/experiments/rms_norm_backward_lean.cu, rms-bwd-lean-nvidia-h200.log; dx,
+/// dresidual and dw bit for bit the ring kernel's), N = 2048, 4096 and 8192, the plain call and
+/// the fused add with and without dresidual: up to 528 rows the lean kernel was faster in 61 of
+/// 63 cases (plain N = 4096: M = 1 10.24 -> 8.00 us, under graph replay 5.52 -> 3.69; M = 528
+/// 15.36 -> 14.37; the fused add with dx alone, N = 4096, M = 32: 12.70 -> 8.90), as fast in one
+/// (plain N = 2048, M = 132) and slower in one (plain N = 8192, M = 396: 18.59 -> 19.07). Past it
+/// the ring kernel wins at N = 4096 and 8192 (plain N = 8192, M = 1024: 25.38 against 28.22; M =
+/// 4096: 58.85 against 79.68, 168 registers at 256 threads leave one lean block per SM); at N =
+/// 2048 the lean kernel still wins at 4096 rows (not used).
+constexpr int kBwdLeanMaxRowsPerSm = 4;
+
+/// Whether the call takes the lean kernel: plan p (from plan_rms_norm_backward_ds) is the block
+/// path with register partials within bwd_lean_max_threads, the facts all hold, and there are at
+/// most kBwdLeanMaxRowsPerSm rows per SM. Depends on the layout and the row count; the split is p's
+/// either way.
+bool bwd_lean_call(const RmsNormBwdPlan& p, const BwdLeanFacts& f, int64_t rows, int sm_count);
 
 }  // namespace ropenorm::core

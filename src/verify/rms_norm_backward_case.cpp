@@ -9,6 +9,7 @@
 #include <sstream>
 #include <vector>
 
+#include "cuda/rms_norm_backward/rms_norm_backward_run.h"
 #include "reference/host_float.h"
 #include "reference/rms_norm_grad_ref.h"
 #include "verify/device_buffer.h"
@@ -75,6 +76,7 @@ std::string describe(const RmsNormBackwardCase& c) {
   if (c.in_place) os << " in-place";
   if (c.fill == Fill::kZero) os << " zero-rows";
   if (c.fill == Fill::kConstant) os << " constant-rows";
+  if (c.plan_rows) os << " planned-for=" << c.plan_rows;
   return os.str();
 }
 
@@ -184,8 +186,14 @@ RmsNormBackwardOutcome run_backward_case(const RmsNormBackwardCase& c,
               : TensorRef();
   const TensorRef rstd =
       c.give_rstd ? TensorRef(rb.get(), DType::kFloat32, {c.m}, {1}, dev) : TensorRef();
-  out.status = c.fused ? add_rms_norm_backward(dy, ds, x, w, rstd, dx, dres, dw, ws, c.params)
-                       : rms_norm_backward(dy, x, w, rstd, dx, dw, ws, c.params);
+  if (c.plan_rows > 0) {
+    const core::RmsNormBackwardCall call{dy, x, ds, w, rstd, dx, dres, dw, ws, c.params, c.fused};
+    out.status = cuda::run_rms_norm_backward(call, c.plan_rows, Stream{});
+  } else if (c.fused) {
+    out.status = add_rms_norm_backward(dy, ds, x, w, rstd, dx, dres, dw, ws, c.params);
+  } else {
+    out.status = rms_norm_backward(dy, x, w, rstd, dx, dw, ws, c.params);
+  }
   if (out.status.ok()) out.status = sync_device();
   if (!out.status.ok()) {
     out.summary = describe(c) + ": call failed: " + out.status.message();

@@ -37,6 +37,7 @@ struct RmsNormBackwardCase {
                                   ///< place)
   int64_t batch = 0;              ///< > 0: view the rows as [batch, m / batch, n] stored seq-major
   Fill fill = Fill::kNormal;      ///< x's rows: kNormal, kZero or kConstant (dy, ds always normal)
+  int64_t plan_rows = 0;  ///< > 0: the kernel (lean or ring) picked for this many rows, not m
   uint64_t seed = 1;
 };
 

@@ -2,7 +2,7 @@
 // row counts, every dtype combination (weight and dy dtypes independent of x's, f32 dw), no
 // weight, Gemma offset, saved vs recomputed rstd, strided and misaligned views, in place, the
 // fused add with and without ds; bitwise run-to-run determinism of dx and dw, batch invariance
-// of dx rows, zero rows.
+// of dx rows, the lean kernel against the ring kernel, zero rows.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -444,6 +444,73 @@ TEST(GpuRmsNormBackward, BatchInvariance) {
               << " run " << i;
         }
       }
+    }
+  }
+}
+
+// The lean kernel (rows of one dtype, 16-byte aligned, at most one leading dimension, a weight,
+// dw wanted; up to core::kBwdLeanMaxRowsPerSm rows per SM) gives the ring kernel's bits: the same
+// rows picked for their own count (lean) and for one past the bound (ring), dx, dresidual and dw
+// compared (both run on the ring kernel's grid, so dw's partial rows group alike). Block-path
+// splits at 1, 2 and 4 vectors per thread (N = 1032 and f32 N = 1028: a last warp partly idle),
+// every dtype, the plain call, the rstd recomputed with the Gemma offset, the fused add with ds
+// and dresidual, with dx alone, without ds, in place, and rows a padded pitch apart.
+TEST(GpuRmsNormBackward, LeanKernelMatchesRingKernel) {
+  ROPENORM_REQUIRE_GPU();
+  const int sms = cuda::device_sm_count();
+  const int64_t bound = int64_t{core::kBwdLeanMaxRowsPerSm} * sms;
+  struct Variant {
+    int64_t n;
+    DType dt;
+    bool fused, has_ds, want_dres, give_rstd, in_place;
+    int64_t pad;
+  };
+  const Variant variants[] = {
+      {4096, DType::kBFloat16, false, false, false, true, false, 0},
+      {2048, DType::kFloat16, false, false, false, false, false, 8},
+      {8192, DType::kBFloat16, false, false, false, true, true, 0},
+      {1032, DType::kBFloat16, false, false, false, true, false, 0},
+      {2048, DType::kFloat32, false, false, false, true, false, 4},
+      {1028, DType::kFloat32, false, false, false, false, false, 0},
+      {4096, DType::kBFloat16, true, true, false, false, false, 0},
+      {4096, DType::kFloat16, true, true, true, false, true, 0},
+      {8192, DType::kBFloat16, true, true, true, true, false, 8},
+      {2048, DType::kBFloat16, true, false, true, false, false, 0},
+      {4096, DType::kFloat32, true, true, false, false, false, 0},
+  };
+  uint64_t seed = 1200;
+  for (const Variant& v : variants) {
+    const int elem = static_cast<int>(dtype_size(v.dt));
+    const core::RmsNormBwdPlan plan = core::plan_rms_norm_backward_ds(
+        v.n, 16 / elem, true, true, 2 * elem, v.fused && v.has_ds ? elem : 0,
+        v.fused && v.want_dres, true);
+    core::BwdLeanFacts facts;
+    facts.aligned = facts.one_leading_dim = facts.same_dtype = facts.weight_aligned = true;
+    facts.dw = true;
+    for (int64_t m : {int64_t{1}, int64_t{37}, bound}) {
+      ASSERT_TRUE(core::bwd_lean_call(plan, facts, m, sms)) << v.n << " " << m;
+      ASSERT_FALSE(core::bwd_lean_call(plan, facts, bound + 1, sms));
+      RmsNormBackwardCase c = same_dtype(m, v.n, v.dt, seed++);
+      c.fused = v.fused;
+      c.has_ds = v.has_ds;
+      c.want_dres = v.want_dres;
+      c.give_rstd = v.give_rstd;
+      c.in_place = v.in_place;
+      c.pitch_pad = v.pad;
+      if (!v.give_rstd) c.params.weight_offset = 1.0f;
+      const auto in = verify::make_backward_inputs(c);
+      c.plan_rows = m;
+      const auto lean = verify::run_backward_case(c, in);
+      ASSERT_TRUE(lean.passed) << lean.summary;
+      c.plan_rows = bound + 1;
+      const auto ring = verify::run_backward_case(c, in);
+      ASSERT_TRUE(ring.passed) << ring.summary;
+      const std::string what = verify::describe(c) + " lean against ring";
+      expect_same_bits(lean.dx_out, ring.dx_out, 0, m * v.n, (what + " dx").c_str());
+      if (verify::writes_dresidual(c)) {
+        expect_same_bits(lean.dres_out, ring.dres_out, 0, m * v.n, (what + " dres").c_str());
+      }
+      expect_same_bits(lean.dw_out, ring.dw_out, 0, v.n, (what + " dw").c_str());
     }
   }
 }

@@ -540,5 +540,46 @@ TEST(CpuRmsNormBackwardPlan, PlainPlanDeepRing) {
   }
 }
 
+// The lean kernel: the block path with register partials within its launch bound (256 threads
+// at 4 or more vectors per thread, else 512), every fact, and at most kBwdLeanMaxRowsPerSm rows per
+// SM; never the warp path, the two-pass path, shared-memory partials (rows of varying phase) or
+// 16-bit rows of 16384 columns (512 threads of 4 vectors).
+TEST(CpuRmsNormBackwardPlan, LeanCallRule) {
+  constexpr int kSms = 132;
+  const int64_t bound = int64_t{core::kBwdLeanMaxRowsPerSm} * kSms;
+  core::BwdLeanFacts f;
+  f.aligned = f.one_leading_dim = f.same_dtype = f.weight_aligned = f.dw = true;
+  struct Case {
+    int64_t n;
+    int vec, ring_bytes, ds_bytes;
+    bool dres, lean;
+  };
+  for (const Case& k : {Case{4096, 8, 4, 0, false, true}, Case{8192, 8, 4, 0, false, true},
+                        Case{2048, 8, 4, 0, false, true}, Case{1032, 8, 4, 0, false, true},
+                        Case{4096, 4, 8, 0, false, true}, Case{1028, 4, 8, 0, false, true},
+                        Case{8192, 8, 4, 2, false, true}, Case{8192, 8, 4, 2, true, true},
+                        Case{4096, 4, 8, 4, true, true}, Case{16384, 8, 4, 0, false, false},
+                        Case{1024, 8, 4, 0, false, false}, Case{64, 8, 4, 0, false, false},
+                        Case{65536, 8, 4, 0, false, false}}) {
+    const core::RmsNormBwdPlan p = core::plan_rms_norm_backward_ds(
+        k.n, k.vec, true, true, k.ring_bytes, k.ds_bytes, k.dres, true);
+    EXPECT_EQ(core::bwd_lean_call(p, f, 1, kSms), k.lean) << k.n << " " << k.vec;
+    EXPECT_EQ(core::bwd_lean_call(p, f, bound, kSms), k.lean) << k.n << " " << k.vec;
+    EXPECT_FALSE(core::bwd_lean_call(p, f, bound + 1, kSms)) << k.n << " " << k.vec;
+    if (k.lean) EXPECT_LE(p.threads, core::bwd_lean_max_threads(p.vpt)) << k.n;
+    const core::RmsNormBwdPlan many = core::plan_rms_norm_backward_ds(
+        k.n, k.vec, false, true, k.ring_bytes, k.ds_bytes, k.dres, true);
+    EXPECT_FALSE(core::bwd_lean_call(many, f, 1, kSms)) << k.n;  // shared-memory partials
+  }
+  const core::RmsNormBwdPlan p = core::plan_rms_norm_backward(4096, 8, true, true, 4, true);
+  EXPECT_FALSE(p.lean);  // set by the launcher only
+  for (int i = 0; i < 5; ++i) {
+    core::BwdLeanFacts g = f;
+    bool* fact[] = {&g.aligned, &g.one_leading_dim, &g.same_dtype, &g.weight_aligned, &g.dw};
+    *fact[i] = false;
+    EXPECT_FALSE(core::bwd_lean_call(p, g, 1, kSms)) << i;
+  }
+}
+
 }  // namespace
 }  // namespace ropenorm

@@ -3,6 +3,7 @@
 // partials. Nothing is allocated or synchronised; every launch goes on the caller's stream.
 #include <cuda_runtime.h>
 
+#include <cstdint>
 #include <string>
 
 #include "core/checks.h"
@@ -14,6 +15,7 @@
 #include "cuda/common/column_sum.h"
 #include "cuda/common/dtype.cuh"
 #include "cuda/common/launch.h"
+#include "cuda/rms_norm_backward/rms_norm_backward_run.h"
 #include "cuda/rms_norm_backward/rms_norm_backward_typed.h"
 #include "ropenorm/rms_norm_backward.h"
 
@@ -36,7 +38,11 @@ Status device_error(const char* op, const char* what, cudaError_t e) {
                 std::string(op) + ": " + what + " failed: " + cudaGetErrorString(e));
 }
 
-Status run_rms_norm_backward(const core::RmsNormBackwardCall& c, Stream stream) {
+}  // namespace
+
+namespace cuda {
+
+Status run_rms_norm_backward(const core::RmsNormBackwardCall& c, int64_t plan_rows, Stream stream) {
   const char* op = core::rms_norm_backward_op(c);
   const char* x_arg = c.fused ? "s" : "x";
   ROPENORM_TRY(core::validate_rms_norm_backward(c, -1));
@@ -89,10 +95,20 @@ Status run_rms_norm_backward(const core::RmsNormBackwardCall& c, Stream stream) 
   const int vec = dy_ref ? core::rms_norm_vector_width(dy_f, {x_f, ds_f, dx_f, dres_f})
                          : core::rms_norm_vector_width(x_f, {dy_f, ds_f, dx_f, dres_f});
   const core::AccessFacts& ref = dy_ref ? dy_f : x_f;
-  const core::RmsNormBwdPlan plan = core::plan_rms_norm_backward_ds(
+  core::RmsNormBwdPlan plan = core::plan_rms_norm_backward_ds(
       n, vec, uniform_phase(ref.rows, ref.elem_size), core::bwd_ring_kernels(c.x.dtype, c.dy.dtype),
       elem(c.dy) + elem(c.x), c.ds.defined() ? elem(c.x) : 0, c.dresidual.defined(),
       c.weight.defined());
+  core::BwdLeanFacts lean;
+  lean.aligned = core::rms_norm_aligned_rows(ref, n, vec) && vec * ref.elem_size == 16;
+  lean.one_leading_dim = a.dy_rows.nd <= 1 && a.x_rows.nd <= 1 && a.ds_rows.nd <= 1 &&
+                         a.dx_rows.nd <= 1 && a.dres_rows.nd <= 1;
+  lean.same_dtype = c.dy.dtype == c.x.dtype && c.dx.dtype == c.x.dtype &&
+                    (!c.dresidual.defined() || c.dresidual.dtype == c.x.dtype) &&
+                    c.weight.defined() && c.weight.dtype == c.x.dtype;
+  lean.weight_aligned = c.weight.defined() && reinterpret_cast<uintptr_t>(a.weight) % 16 == 0;
+  lean.dw = c.dw.defined();
+  plan.lean = core::bwd_lean_call(plan, lean, plan_rows, sms);
   a.lanes = core::bwd_table_lanes(n, plan.vec);
   a.w_table = plan.stage_weights;
 
@@ -111,7 +127,7 @@ Status run_rms_norm_backward(const core::RmsNormBackwardCall& c, Stream stream) 
   return cuda::launch_column_sum(op, a.partials, grid, n, c.dw.dtype, c.dw.data, s);
 }
 
-}  // namespace
+}  // namespace cuda
 
 size_t rms_norm_backward_workspace_size(int64_t rows, int64_t n, int device) {
   if (rows <= 0 || n <= 0) return 0;
@@ -142,7 +158,7 @@ Status rms_norm_backward(const TensorRef& dy, const TensorRef& x, const TensorRe
   c.workspace = workspace;
   c.params = params;
   c.fused = false;
-  return run_rms_norm_backward(c, stream);
+  return cuda::run_rms_norm_backward(c, core::row_count(dy), stream);
 }
 
 Status add_rms_norm_backward(const TensorRef& dy, const TensorRef& ds, const TensorRef& s,
@@ -162,7 +178,7 @@ Status add_rms_norm_backward(const TensorRef& dy, const TensorRef& ds, const Ten
   c.workspace = workspace;
   c.params = params;
   c.fused = true;
-  return run_rms_norm_backward(c, stream);
+  return cuda::run_rms_norm_backward(c, core::row_count(dy), stream);
 }
 
 }  // namespace ropenorm

@@ -15,6 +15,7 @@
 #include "cuda/common/launch.h"
 #include "cuda/common/pdl.cuh"
 #include "cuda/rms_norm_backward/rms_norm_backward_kernels.cuh"
+#include "cuda/rms_norm_backward/rms_norm_backward_lean.cuh"
 #include "cuda/rms_norm_backward/rms_norm_backward_typed.h"
 #include "ropenorm/status.h"
 
@@ -33,10 +34,12 @@ inline Status launch_error(const char* op, cudaError_t e) {
 }
 
 // Persistent grid: one block per row (per R rows on the warp path), at most the resident blocks
-// and the plan's cap per SM.
+// of the ring kernel and the plan's cap per SM. With `lean` (the plan's lean kernel) that kernel
+// runs on the ring kernel's grid instead.
 template <typename Kernel>
 Status launch_persistent(const char* op, Kernel kernel, const RmsNormBwdKernelArgs& a,
-                         const core::RmsNormBwdPlan& p, cudaStream_t s, int64_t* grid) {
+                         const core::RmsNormBwdPlan& p, cudaStream_t s, int64_t* grid,
+                         Kernel lean = nullptr) {
   const bool warp = p.path == core::RmsNormBwdPath::kWarpPerRow;
   const dim3 block = warp ? dim3(32, p.rows_per_block) : dim3(p.threads);
   const size_t smem = static_cast<size_t>(p.smem_bytes);
@@ -52,8 +55,26 @@ Status launch_persistent(const char* op, Kernel kernel, const RmsNormBwdKernelAr
   const int resident = blocks_per_sm(reinterpret_cast<const void*>(kernel), threads, smem);
   *grid = core::bwd_grid(a.m, a.n, p, resident, device_sm_count());
   const cudaError_t e =
-      launch_with_pdl(kernel, dim3(static_cast<unsigned>(*grid)), block, smem, s, a);
+      lean != nullptr
+          ? launch_with_pdl(lean, dim3(static_cast<unsigned>(*grid)), block, 0, s, a)
+          : launch_with_pdl(kernel, dim3(static_cast<unsigned>(*grid)), block, smem, s, a);
   return e == cudaSuccess ? Status::Ok() : launch_error(op, e);
+}
+
+// The plan's lean kernel (core::bwd_lean_call) for this instance: built for the block path with
+// register partials, dy in the input's dtype and 16-byte vectors; the plain form for plain calls.
+// Null when the plan does not ask for it; an error when it does and none is built.
+template <typename Tin, typename Tdy, int V, int VPT, bool kWarp, bool kSmemAcc>
+Status lean_kernel(const char* op, const core::RmsNormBwdPlan& p, bool plain,
+                   void (**lean)(RmsNormBwdKernelArgs)) {
+  *lean = nullptr;
+  if (!p.lean) return Status::Ok();
+  if constexpr (!kWarp && !kSmemAcc && std::is_same_v<Tin, Tdy> && V * sizeof(Tin) == 16) {
+    *lean = plain ? rms_norm_bwd_lean_kernel<Tin, V, VPT, true>
+                  : rms_norm_bwd_lean_kernel<Tin, V, VPT, false>;
+    return Status::Ok();
+  }
+  return bad_plan(op, "lean rows at vectors per thread", VPT);
 }
 
 // plain: core::bwd_plain_call accepted the call (built for equal dtypes with register partials),
@@ -64,6 +85,9 @@ Status launch_stages(const char* op, const RmsNormBwdKernelArgs& a, const core::
                      bool plain, cudaStream_t s, int64_t* grid) {
   constexpr int kStages = kWarp ? core::kBwdWarpStages : core::kBwdBlockStages;
   constexpr int kDeep = core::kBwdPlainDeepStages;
+  void (*lean)(RmsNormBwdKernelArgs) = nullptr;
+  const Status lean_st = lean_kernel<Tin, Tdy, V, VPT, kWarp, kSmemAcc>(op, p, plain, &lean);
+  if (!lean_st.ok()) return lean_st;
   // The plan's ds_direct (ds read from global memory, not through the ring; never a plain call,
   // which has no ds): built for the block path with register partials at the splits
   // core::plan_rms_norm_backward_ds gives it.
@@ -72,7 +96,7 @@ Status launch_stages(const char* op, const RmsNormBwdKernelArgs& a, const core::
       if (p.stages == kStages) {
         return launch_persistent(
             op, rms_norm_bwd_rows_kernel<Tin, Tdy, V, VPT, kStages, false, false, false, true>, a,
-            p, s, grid);
+            p, s, grid, lean);
       }
     }
     return bad_plan(op, "ds read directly at vectors per thread", VPT);
@@ -81,21 +105,21 @@ Status launch_stages(const char* op, const RmsNormBwdKernelArgs& a, const core::
     if (plain && p.stages == kStages) {
       return launch_persistent(
           op, rms_norm_bwd_rows_kernel<Tin, Tdy, V, VPT, kStages, kWarp, false, true>, a, p, s,
-          grid);
+          grid, lean);
     }
     // core::bwd_plain_plan's deeper ring: built for what it gives (16-bit rows, block path).
     if constexpr (!kWarp && VPT == core::kBwdPlainDeepVpt && sizeof(Tin) == 2) {
       if (plain && p.stages == kDeep) {
         return launch_persistent(
             op, rms_norm_bwd_rows_kernel<Tin, Tdy, V, VPT, kDeep, false, false, true>, a, p, s,
-            grid);
+            grid, lean);
       }
     }
   }
   if (p.stages != kStages) return bad_plan(op, "ring stages", p.stages);
   if (plain) return bad_plan(op, "plain call of dtype pair", static_cast<int>(DTypeOf<Tdy>::value));
   return launch_persistent(op, rms_norm_bwd_rows_kernel<Tin, Tdy, V, VPT, kStages, kWarp, kSmemAcc>,
-                           a, p, s, grid);
+                           a, p, s, grid, lean);
 }
 
 template <typename Tin, typename Tdy, int V, bool kWarp, bool kSmemAcc>
