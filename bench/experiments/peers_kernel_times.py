@@ -15,9 +15,11 @@ its median duration and count per sample, and a timeline per sample: each kernel
 and end from the first kernel's start, the span and the busy time (kernels launched with
 programmatic dependent launch may start before their predecessor ends and wait inside, so their
 durations overlap). torch's reduction kernels are left out of the lists (the L2 flush is one; so
-is Liger-Kernel's sum of its dw partials).
+is Liger-Kernel's sum of its dw partials). With the argument "plain" it records the plain
+RMSNorm forward (ropenorm.rms_norm against Liger-Kernel's LigerRMSNormFunction) at the forward's
+shapes instead.
 Not part of the test suite or the main job:
-    PYTHONPATH=python:<liger site> python3 bench/experiments/peers_kernel_times.py [fwd_bwd]
+    PYTHONPATH=python:<liger site> python3 bench/experiments/peers_kernel_times.py [fwd_bwd|plain]
 """
 
 import statistics
@@ -33,12 +35,20 @@ FWD_BWD_SHAPES = [(1, 4095), (1, 4096), (32, 4095), (32, 4096), (512, 4095), (51
 SAMPLES = 25
 
 
-def impls():
-    out = {"ropenorm": lambda x, r, w: ropenorm.add_rms_norm(x, r, w, 1e-6)}
+def impls(plain=False):
+    """The calls timed, (x, residual, weight) -> outputs; plain: the RMSNorm of x alone."""
+    if plain:
+        out = {"ropenorm": lambda x, r, w: ropenorm.rms_norm(x, w, 1e-6)}
+    else:
+        out = {"ropenorm": lambda x, r, w: ropenorm.add_rms_norm(x, r, w, 1e-6)}
     try:
         from liger_kernel.ops.fused_add_rms_norm import LigerFusedAddRMSNormFunction
+        from liger_kernel.ops.rms_norm import LigerRMSNormFunction
     except Exception as exc:  # not installed here
         print(f"liger: not importable ({exc})")
+        return out
+    if plain:
+        out["liger"] = lambda x, r, w: LigerRMSNormFunction.apply(x, w, 1e-6, 0.0, "llama", False)
     else:
         out["liger"] = lambda x, r, w: LigerFusedAddRMSNormFunction.apply(
             x, r, w, 1e-6, 0.0, "llama", False)
@@ -47,17 +57,18 @@ def impls():
 
 def main() -> int:
     fwd_bwd = len(sys.argv) > 1 and sys.argv[1] == "fwd_bwd"
+    plain = len(sys.argv) > 1 and sys.argv[1] == "plain"
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     flush = torch.empty(max(2 * l2, 128 << 20) // 4, device="cuda").uniform_()
     a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     print(f"{torch.cuda.get_device_name(0)}, torch {torch.__version__}"
-          f"{', forward + backward' if fwd_bwd else ''}")
+          f"{', forward + backward' if fwd_bwd else ''}{', plain RMSNorm' if plain else ''}")
     for m, n in FWD_BWD_SHAPES if fwd_bwd else SHAPES:
         x = torch.randn(m, n, device="cuda", dtype=torch.bfloat16, requires_grad=fwd_bwd)
         r = torch.randn(m, n, device="cuda", dtype=torch.bfloat16, requires_grad=fwd_bwd)
         w = torch.randn(n, device="cuda", dtype=torch.bfloat16, requires_grad=fwd_bwd)
         seeds = [torch.randn(m, n, device="cuda", dtype=torch.bfloat16) for _ in range(2)]
-        for name, impl in impls().items():
+        for name, impl in impls(plain).items():
             if fwd_bwd:
                 def fn(impl=impl):
                     return torch.autograd.grad(impl(x, r, w), [x, r, w], seeds)

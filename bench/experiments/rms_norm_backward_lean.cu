@@ -10,7 +10,8 @@
 // 45% instruction-fetch stalls at one row), and up to how many rows the lean kernel is faster.
 // Answered (bench/results/rms-bwd-lean-nvidia-h200.log, docs/performance.md): up to 528 rows (4
 // per SM) it was faster in 61 of 63 cases (plain N = 4096 M = 1 5.52 -> 3.69 us under graph
-// replay); from 1024 rows the ring wins at 4096 and 8192 columns; 0 values differing.
+// replay); past 528 rows, at 4096 and 8192 columns, the ring won 12 of 18 cases; 0 values
+// differing.
 // Not part of the build:
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90,code=sm_90 -Iinclude -Isrc -Ibench/experiments \
 //        bench/experiments/rms_norm_backward_lean.cu build-sm90/libropenorm.a -o

@@ -193,10 +193,13 @@ constexpr int bwd_lean_max_threads(int vpt) { return vpt >= 4 ? 256 : kBwdMaxThr
 /// the fused add with and without dresidual: up to 528 rows the lean kernel was faster in 61 of
 /// 63 cases (plain N = 4096: M = 1 10.24 -> 8.00 us, under graph replay 5.52 -> 3.69; M = 528
 /// 15.36 -> 14.37; the fused add with dx alone, N = 4096, M = 32: 12.70 -> 8.90), as fast in one
-/// (plain N = 2048, M = 132) and slower in one (plain N = 8192, M = 396: 18.59 -> 19.07). Past it
-/// the ring kernel wins at N = 4096 and 8192 (plain N = 8192, M = 1024: 25.38 against 28.22; M =
-/// 4096: 58.85 against 79.68, 168 registers at 256 threads leave one lean block per SM); at N =
-/// 2048 the lean kernel still wins at 4096 rows (not used).
+/// (plain N = 2048, M = 132) and slower in one (plain N = 8192, M = 396: 18.59 -> 19.07). Past
+/// it, at 4096 and 8192 columns, the ring kernel won 12 of 18 cases (plain N = 8192 M = 4096:
+/// 58.85 against 79.68; the lean kernel's 168-205 registers at 4 vectors per thread,
+/// bench/results/lean-bwd-registers-fc9e073-sm90.log, fit fewer blocks per SM than the ring's
+/// 96-128), the lean kernel 6 (the plain call at N = 4096 up to 4096 rows, the fused add at
+/// N = 8192 at 1024 rows, with dx alone also at 2048); at N = 2048 the lean kernel still won at
+/// 4096 rows. One bound for every width and form (not a rule per width).
 constexpr int kBwdLeanMaxRowsPerSm = 4;
 
 /// Whether the call takes the lean kernel: plan p (from plan_rms_norm_backward_ds) is the block
