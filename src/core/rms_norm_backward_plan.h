@@ -183,9 +183,11 @@ struct BwdLeanFacts {
   bool dw = false;               ///< dw wanted
 };
 
-/// Largest block of the lean kernel at vpt vectors per thread (its launch bound): at 4 vectors
-/// per thread a thread holds its dy, x, ds, weight and partials, past 128 registers.
-constexpr int bwd_lean_max_threads(int vpt) { return vpt >= 4 ? 256 : kBwdMaxThreads; }
+/// Largest block of the lean kernel (its launch bound, so up to 255 registers a thread: at 4
+/// vectors per thread a thread holds its dy, x, ds, weight and partials, past 128). The block
+/// path's splits of aligned rows stay within 256 threads up to 8192 columns (16-bit or f32);
+/// wider rows keep the ring.
+constexpr int kBwdLeanMaxThreads = 256;
 
 /// Rows per SM up to which lean rows take the lean kernel. H200, bf16, the call with its column
 /// sum, cold L2 (bench/experiments/rms_norm_backward_lean.cu, rms-bwd-lean-nvidia-h200.log; dx,
@@ -203,9 +205,9 @@ constexpr int bwd_lean_max_threads(int vpt) { return vpt >= 4 ? 256 : kBwdMaxThr
 constexpr int kBwdLeanMaxRowsPerSm = 4;
 
 /// Whether the call takes the lean kernel: plan p (from plan_rms_norm_backward_ds) is the block
-/// path with register partials within bwd_lean_max_threads, the facts all hold, and there are at
-/// most kBwdLeanMaxRowsPerSm rows per SM. Depends on the layout and the row count; the split is p's
-/// either way.
+/// path with register partials on at most kBwdLeanMaxThreads threads, the facts all hold, and there
+/// are at most kBwdLeanMaxRowsPerSm rows per SM. Depends on the layout and the row count; the split
+/// is p's either way.
 bool bwd_lean_call(const RmsNormBwdPlan& p, const BwdLeanFacts& f, int64_t rows, int sm_count);
 
 }  // namespace ropenorm::core

@@ -188,7 +188,7 @@ RmsNormBackwardOutcome run_backward_case(const RmsNormBackwardCase& c,
       c.give_rstd ? TensorRef(rb.get(), DType::kFloat32, {c.m}, {1}, dev) : TensorRef();
   if (c.plan_rows > 0) {
     const core::RmsNormBackwardCall call{dy, x, ds, w, rstd, dx, dres, dw, ws, c.params, c.fused};
-    out.status = cuda::run_rms_norm_backward(call, c.plan_rows, Stream{});
+    out.status = cuda::run_rms_norm_backward(call, c.plan_rows, Stream{}, &out.lean_kernel);
   } else if (c.fused) {
     out.status = add_rms_norm_backward(dy, ds, x, w, rstd, dx, dres, dw, ws, c.params);
   } else {

@@ -50,7 +50,8 @@ struct RmsNormBackwardOutcome {
   Status status;
   ErrorStats dx, dresidual, dw;
   double tol_dx = 0, tol_dw = 0;
-  int64_t pad_written = 0;  ///< bytes outside the logical elements that changed (must be 0)
+  int64_t pad_written = 0;   ///< bytes outside the logical elements that changed (must be 0)
+  bool lean_kernel = false;  ///< plan_rows > 0: the lean kernel ran (else not recorded)
   HostTensor dx_out, dres_out, dw_out;  ///< logical [m, n] row-major / [n]
   bool passed = false;
   std::string summary;  ///< one line: errors, tolerances, first failure

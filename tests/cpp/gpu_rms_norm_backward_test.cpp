@@ -450,11 +450,13 @@ TEST(GpuRmsNormBackward, BatchInvariance) {
 
 // The lean kernel (rows of one dtype, 16-byte aligned, at most one leading dimension, a weight,
 // dw wanted; up to core::kBwdLeanMaxRowsPerSm rows per SM) gives the ring kernel's bits: the same
-// rows picked for their own count (lean) and for one past the bound (ring), dx, dresidual and dw
-// compared (both run on the ring kernel's grid, so dw's partial rows group alike). Block-path
-// splits at 1, 2 and 4 vectors per thread (N = 1032 and f32 N = 1028: a last warp partly idle),
-// every dtype, the plain call, the rstd recomputed with the Gemma offset, the fused add with ds
-// and dresidual, with dx alone, without ds, in place, and rows a padded pitch apart.
+// rows picked for their own count (the lean kernel, which the launcher reports it ran) and for
+// one past the bound (the ring kernel), dx, dresidual and dw compared (both run on the ring
+// kernel's grid, so dw's partial rows group alike). Every lean instance: each dtype at 1, 2 and
+// 4 vectors per thread (f32 also 8, on 128 and 256 threads), plain (the rstd saved) and general
+// (r recomputed with the Gemma offset; the fused add with and without ds and dresidual), against
+// the plain ring, the general ring and the ring that reads ds directly (16-bit N = 8192, dx
+// alone); a partly idle last warp (N = 1032, f32 N = 1000 and 1028), in place, padded pitches.
 TEST(GpuRmsNormBackward, LeanKernelMatchesRingKernel) {
   ROPENORM_REQUIRE_GPU();
   const int sms = cuda::device_sm_count();
@@ -465,18 +467,32 @@ TEST(GpuRmsNormBackward, LeanKernelMatchesRingKernel) {
     bool fused, has_ds, want_dres, give_rstd, in_place;
     int64_t pad;
   };
+  constexpr DType bf = DType::kBFloat16, f16 = DType::kFloat16, f32 = DType::kFloat32;
   const Variant variants[] = {
-      {4096, DType::kBFloat16, false, false, false, true, false, 0},
-      {2048, DType::kFloat16, false, false, false, false, false, 8},
-      {8192, DType::kBFloat16, false, false, false, true, true, 0},
-      {1032, DType::kBFloat16, false, false, false, true, false, 0},
-      {2048, DType::kFloat32, false, false, false, true, false, 4},
-      {1028, DType::kFloat32, false, false, false, false, false, 0},
-      {4096, DType::kBFloat16, true, true, false, false, false, 0},
-      {4096, DType::kFloat16, true, true, true, false, true, 0},
-      {8192, DType::kBFloat16, true, true, true, true, false, 8},
-      {2048, DType::kBFloat16, true, false, true, false, false, 0},
-      {4096, DType::kFloat32, true, true, false, false, false, 0},
+      {1032, bf, false, false, false, true, false, 0},    // bf16 x1 plain
+      {1032, bf, false, false, false, false, false, 8},   // bf16 x1 general
+      {2048, bf, false, false, false, true, true, 0},     // bf16 x2 plain
+      {2048, bf, true, false, true, false, false, 0},     // bf16 x2 general
+      {4096, bf, false, false, false, true, false, 0},    // bf16 x4 plain
+      {4096, bf, true, true, false, false, false, 0},     // bf16 x4 general
+      {8192, bf, true, true, true, true, false, 8},       // bf16 x4 general, ds in the ring
+      {8192, bf, true, true, false, false, true, 0},      // bf16 x4 general, ds read directly
+      {1032, f16, false, false, false, true, false, 0},   // f16 x1 plain
+      {1032, f16, true, true, true, false, true, 0},      // f16 x1 general
+      {2048, f16, false, false, false, true, false, 8},   // f16 x2 plain
+      {2048, f16, false, false, false, false, false, 8},  // f16 x2 general
+      {4096, f16, false, false, false, true, true, 0},    // f16 x4 plain
+      {4096, f16, true, true, true, false, true, 0},      // f16 x4 general
+      {8192, f16, true, true, false, false, false, 0},    // f16 x4 general, ds read directly
+      {1000, f32, false, false, false, true, false, 0},   // f32 x1 plain
+      {1000, f32, true, true, true, false, false, 0},     // f32 x1 general
+      {1028, f32, false, false, false, true, false, 4},   // f32 x2 plain
+      {1028, f32, false, false, false, false, false, 0},  // f32 x2 general
+      {2048, f32, false, false, false, true, false, 4},   // f32 x4 plain
+      {2048, f32, true, false, true, false, false, 0},    // f32 x4 general
+      {4096, f32, false, false, false, true, false, 0},   // f32 x8 plain, 128 threads
+      {4096, f32, true, true, false, false, false, 0},    // f32 x8 general
+      {8192, f32, false, false, false, true, true, 0},    // f32 x8 plain, 256 threads
   };
   uint64_t seed = 1200;
   for (const Variant& v : variants) {
@@ -484,12 +500,8 @@ TEST(GpuRmsNormBackward, LeanKernelMatchesRingKernel) {
     const core::RmsNormBwdPlan plan = core::plan_rms_norm_backward_ds(
         v.n, 16 / elem, true, true, 2 * elem, v.fused && v.has_ds ? elem : 0,
         v.fused && v.want_dres, true);
-    core::BwdLeanFacts facts;
-    facts.aligned = facts.one_leading_dim = facts.same_dtype = facts.weight_aligned = true;
-    facts.dw = true;
+    ASSERT_EQ(plan.path, core::RmsNormBwdPath::kBlockPerRow) << v.n;
     for (int64_t m : {int64_t{1}, int64_t{37}, bound}) {
-      ASSERT_TRUE(core::bwd_lean_call(plan, facts, m, sms)) << v.n << " " << m;
-      ASSERT_FALSE(core::bwd_lean_call(plan, facts, bound + 1, sms));
       RmsNormBackwardCase c = same_dtype(m, v.n, v.dt, seed++);
       c.fused = v.fused;
       c.has_ds = v.has_ds;
@@ -502,10 +514,13 @@ TEST(GpuRmsNormBackward, LeanKernelMatchesRingKernel) {
       c.plan_rows = m;
       const auto lean = verify::run_backward_case(c, in);
       ASSERT_TRUE(lean.passed) << lean.summary;
+      ASSERT_TRUE(lean.lean_kernel) << verify::describe(c);
       c.plan_rows = bound + 1;
       const auto ring = verify::run_backward_case(c, in);
       ASSERT_TRUE(ring.passed) << ring.summary;
-      const std::string what = verify::describe(c) + " lean against ring";
+      ASSERT_FALSE(ring.lean_kernel) << verify::describe(c);
+      const std::string what = verify::describe(c) + " (" + std::to_string(plan.threads) + " x " +
+                               std::to_string(plan.vpt) + ") lean against ring";
       expect_same_bits(lean.dx_out, ring.dx_out, 0, m * v.n, (what + " dx").c_str());
       if (verify::writes_dresidual(c)) {
         expect_same_bits(lean.dres_out, ring.dres_out, 0, m * v.n, (what + " dres").c_str());

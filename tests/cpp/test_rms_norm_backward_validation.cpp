@@ -540,10 +540,11 @@ TEST(CpuRmsNormBackwardPlan, PlainPlanDeepRing) {
   }
 }
 
-// The lean kernel: the block path with register partials within its launch bound (256 threads
-// at 4 or more vectors per thread, else 512), every fact, and at most kBwdLeanMaxRowsPerSm rows per
-// SM; never the warp path, the two-pass path, shared-memory partials (rows of varying phase) or
-// 16-bit rows of 16384 columns (512 threads of 4 vectors).
+// The lean kernel: the block path with register partials within its launch bound (256
+// threads), every fact, and at most kBwdLeanMaxRowsPerSm rows per SM; never the warp path, the
+// two-pass path, shared-memory partials (rows of varying phase) or 16-bit rows of 16384 columns
+// (512 threads of 4 vectors). Every aligned width up to 8192 columns on the block path fits the
+// bound.
 TEST(CpuRmsNormBackwardPlan, LeanCallRule) {
   constexpr int kSms = 132;
   const int64_t bound = int64_t{core::kBwdLeanMaxRowsPerSm} * kSms;
@@ -566,10 +567,19 @@ TEST(CpuRmsNormBackwardPlan, LeanCallRule) {
     EXPECT_EQ(core::bwd_lean_call(p, f, 1, kSms), k.lean) << k.n << " " << k.vec;
     EXPECT_EQ(core::bwd_lean_call(p, f, bound, kSms), k.lean) << k.n << " " << k.vec;
     EXPECT_FALSE(core::bwd_lean_call(p, f, bound + 1, kSms)) << k.n << " " << k.vec;
-    if (k.lean) EXPECT_LE(p.threads, core::bwd_lean_max_threads(p.vpt)) << k.n;
+    if (k.lean) EXPECT_LE(p.threads, core::kBwdLeanMaxThreads) << k.n;
     const core::RmsNormBwdPlan many = core::plan_rms_norm_backward_ds(
         k.n, k.vec, false, true, k.ring_bytes, k.ds_bytes, k.dres, true);
     EXPECT_FALSE(core::bwd_lean_call(many, f, 1, kSms)) << k.n;  // shared-memory partials
+  }
+  for (int vec : {8, 4}) {
+    for (int64_t n = vec; n <= 8192; n += vec) {
+      const core::RmsNormBwdPlan p =
+          core::plan_rms_norm_backward(n, vec, true, true, 32 / vec, true);
+      if (p.path != core::RmsNormBwdPath::kBlockPerRow) continue;
+      EXPECT_LE(p.threads, core::kBwdLeanMaxThreads) << n << " " << vec;
+      EXPECT_TRUE(core::bwd_lean_call(p, f, 1, kSms)) << n << " " << vec;
+    }
   }
   const core::RmsNormBwdPlan p = core::plan_rms_norm_backward(4096, 8, true, true, 4, true);
   EXPECT_FALSE(p.lean);  // set by the launcher only

@@ -42,9 +42,11 @@ Status device_error(const char* op, const char* what, cudaError_t e) {
 
 namespace cuda {
 
-Status run_rms_norm_backward(const core::RmsNormBackwardCall& c, int64_t plan_rows, Stream stream) {
+Status run_rms_norm_backward(const core::RmsNormBackwardCall& c, int64_t plan_rows, Stream stream,
+                             bool* lean_launched) {
   const char* op = core::rms_norm_backward_op(c);
   const char* x_arg = c.fused ? "s" : "x";
+  if (lean_launched != nullptr) *lean_launched = false;
   ROPENORM_TRY(core::validate_rms_norm_backward(c, -1));
   int device = 0;
   ROPENORM_TRY(core::current_device(op, &device));
@@ -123,6 +125,9 @@ Status run_rms_norm_backward(const core::RmsNormBackwardCall& c, int64_t plan_ro
   };
   const Status st = core::dispatch_float_dtype<cuda::f16, cuda::bf16>(c.x.dtype, op, x_arg, launch);
   if (!st.ok()) return st;
+  // The typed launcher launched the lean kernel when the plan asked for it (it fails where no
+  // instance is built; it never falls back to the ring).
+  if (lean_launched != nullptr) *lean_launched = plan.lean;
   if (!c.dw.defined()) return Status::Ok();
   return cuda::launch_column_sum(op, a.partials, grid, n, c.dw.dtype, c.dw.data, s);
 }

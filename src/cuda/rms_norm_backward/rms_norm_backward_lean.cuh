@@ -37,11 +37,12 @@ __device__ __forceinline__ int64_t bwd_lean_offset(const core::RowLayout& rows, 
 /// Lean backward kernel for rows of T (dy, x or s, the weight, dx and dresidual all of T),
 /// 16-byte aligned, N a multiple of V, at most one leading dimension, a weight, dw wanted.
 /// kPlain: the call is plain (core::bwd_plain_call: the rstd saved, no ds, no dresidual); else
-/// the rstd, ds and dresidual are tested at run time (the fused add). Per row:
+/// the rstd, ds and dresidual are tested at run time (the fused add, and the plain op with r
+/// recomputed). Per row:
 ///   g = dy * (w + o), c = r * sum(g * x) / N, dx = r * (g - x * r * c) (+ ds),
 ///   partials[blockIdx.x, col] += dy * x * r.
 template <typename T, int V, int VPT, bool kPlain>
-__global__ void __launch_bounds__(core::bwd_lean_max_threads(VPT))
+__global__ void __launch_bounds__(core::kBwdLeanMaxThreads)
     rms_norm_bwd_lean_kernel(const RmsNormBwdKernelArgs a) {
   __shared__ float scratch[32];
   const int tid = threadIdx.x, nthreads = blockDim.x;

@@ -15,8 +15,9 @@ namespace ropenorm::cuda {
 
 /// Validates `call` (nothing written on failure), picks its kernel as if it had `plan_rows` rows
 /// (core::bwd_lean_call's rows argument; the grid follows the call's own rows) and launches it,
-/// then the column sum of dw's partial rows, on `stream`.
+/// then the column sum of dw's partial rows, on `stream`. `lean`, when given, is set to whether
+/// the lean kernel was launched.
 Status run_rms_norm_backward(const core::RmsNormBackwardCall& call, int64_t plan_rows,
-                             Stream stream);
+                             Stream stream, bool* lean = nullptr);
 
 }  // namespace ropenorm::cuda
