@@ -198,7 +198,7 @@ constexpr int kBwdLeanMaxThreads = 256;
 /// (plain N = 2048, M = 132) and slower in one (plain N = 8192, M = 396: 18.59 -> 19.07). Past
 /// it, at 4096 and 8192 columns, the ring kernel won 12 of 18 cases (plain N = 8192 M = 4096:
 /// 58.85 against 79.68; the lean kernel's 168-205 registers at 4 vectors per thread,
-/// bench/results/lean-bwd-registers-fc9e073-sm90.log, fit fewer blocks per SM than the ring's
+/// bench/results/lean-bwd-registers-sm90.log, fit fewer blocks per SM than the ring's
 /// 96-128), the lean kernel 6 (the plain call at N = 4096 up to 4096 rows, the fused add at
 /// N = 8192 at 1024 rows, with dx alone also at 2048); at N = 2048 the lean kernel still won at
 /// 4096 rows. One bound for every width and form (not a rule per width).
