@@ -27,6 +27,7 @@
 #include "cuda/common/dtype.cuh"
 #include "cuda/common/launch.h"
 #include "cuda/rms_norm_backward/rms_norm_backward_typed.h"
+#include "experiment_compare.cuh"
 #include "experiment_timing.cuh"
 
 using namespace ropenorm;
@@ -37,18 +38,6 @@ enum class Form { kPlain, kFusedDx, kFusedDres };
 
 const char* form_name(Form f) {
   return f == Form::kPlain ? "plain" : (f == Form::kFusedDx ? "fused dx" : "fused dx+dres");
-}
-
-std::vector<uint16_t> values(const void* dev, size_t count) {
-  std::vector<uint16_t> v(count);
-  CK(cudaMemcpy(v.data(), dev, count * 2, cudaMemcpyDeviceToHost));
-  return v;
-}
-
-size_t differing(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b) {
-  size_t d = 0;
-  for (size_t i = 0; i < a.size(); ++i) d += a[i] != b[i];
-  return d;
 }
 
 }  // namespace
@@ -89,9 +78,9 @@ int main() {
           CK(cudaMemset(b.dw, 0xff, n * 2));
           run(lean == 1, nullptr);
           CK(cudaDeviceSynchronize());
-          out[lean][0] = values(b.dx, count);
-          out[lean][1] = values(b.dres, count);
-          out[lean][2] = values(b.dw, n);
+          out[lean][0] = device_values(b.dx, count);
+          out[lean][1] = device_values(b.dres, count);
+          out[lean][2] = device_values(b.dw, n);
         }
         const float t_ring = time_med([&] { run(false, nullptr); }, true);
         const float t_lean = time_med([&] { run(true, nullptr); }, true);

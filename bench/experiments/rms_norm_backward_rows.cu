@@ -39,6 +39,7 @@
 #include "cuda/common/launch.h"
 #include "cuda/rms_norm_backward/rms_norm_backward_kernels.cuh"
 #include "cuda/rms_norm_backward/rms_norm_backward_typed.h"
+#include "experiment_compare.cuh"
 #include "experiment_timing.cuh"
 #include "ropenorm/rms_norm.h"
 #include "ropenorm/rms_norm_backward.h"
@@ -52,13 +53,6 @@ int ulp_dist(uint16_t a, uint16_t b) {
   return std::abs(key(a) - key(b));
 }
 
-// The count 16-bit values of the device buffer dev.
-std::vector<uint16_t> device_values(const void* dev, size_t count) {
-  std::vector<uint16_t> v(count);
-  CK(cudaMemcpy(v.data(), dev, count * 2, cudaMemcpyDeviceToHost));
-  return v;
-}
-
 // dev's values after poisoning them and running `call` once.
 template <typename Call>
 std::vector<uint16_t> poisoned_run(Call&& call, void* dev, size_t count) {
@@ -66,13 +60,6 @@ std::vector<uint16_t> poisoned_run(Call&& call, void* dev, size_t count) {
   call();
   CK(cudaDeviceSynchronize());
   return device_values(dev, count);
-}
-
-// Values of got that differ from ref (the same count).
-size_t differing(const std::vector<uint16_t>& ref, const std::vector<uint16_t>& got) {
-  size_t differ = 0;
-  for (size_t i = 0; i < ref.size(); ++i) differ += ref[i] != got[i];
-  return differ;
 }
 
 // Launches ring kernel `kernel` of plan p (its block shape and dynamic shared memory) directly on

@@ -22,6 +22,7 @@
 #include "cuda/common/dtype.cuh"
 #include "cuda/common/pdl.cuh"
 #include "cuda/rms_norm/rms_norm_kernels.cuh"
+#include "experiment_compare.cuh"
 #include "experiment_timing.cuh"
 #include "rms_experiment_args.cuh"
 #include "ropenorm/rms_norm.h"
@@ -43,12 +44,6 @@ template <int VPT>
 void add(std::vector<Variant>& out) {
   out.push_back({VPT, false, rms_norm_lean_kernel<bf16, 8, VPT, false>});
   out.push_back({VPT, true, rms_norm_lean_kernel<bf16, 8, VPT, true>});
-}
-
-size_t differing(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b) {
-  size_t d = 0;
-  for (size_t i = 0; i < a.size(); ++i) d += a[i] != b[i];
-  return d;
 }
 
 }  // namespace
