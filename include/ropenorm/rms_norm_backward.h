@@ -64,8 +64,8 @@ size_t rms_norm_backward_workspace_size(int64_t rows, int64_t n, int device = -1
 /// Widths: any N from 1 to 2^31 - 1 (rows wider than 16384 columns, or views whose alignment
 /// allows only scalar access, take a path that reads each row twice). The workspace holds fp32
 /// partial rows of N values: up to 4 per SM for N <= 16384, 1 per SM above, never more than one
-/// per row. Zero rows: dw is set to 0 (the empty sum), nothing else
-/// is written; N = 0: nothing is written.
+/// per row. Zero rows: dw is set to 0 (the empty sum), nothing else is written; N = 0: nothing is
+/// written.
 Status rms_norm_backward(const TensorRef& dy, const TensorRef& x, const TensorRef& weight,
                          const TensorRef& rstd, const TensorRef& dx, const TensorRef& dw,
                          const TensorRef& workspace, const RmsNormBackwardParams& params,
