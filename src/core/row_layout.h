@@ -35,6 +35,10 @@ struct RowLayout {
     }
     return off;
   }
+
+  /// offset(m) of a layout of at most one leading dimension (kernels planned for such rows):
+  /// its arithmetic without the loop over dimensions; lead_offset(1) is the row stride.
+  ROPENORM_HD int64_t lead_offset(int64_t m) const { return nd == 0 ? 0 : m * strides[0]; }
 };
 
 /// Collapse the leading dims (all but the last) of t. Size-1 dims are dropped; adjacent dims

@@ -432,6 +432,7 @@ TEST(CpuRowLayout, CollapsesContiguousLeadingDims) {
   EXPECT_EQ(r.sizes[0], 6);
   EXPECT_EQ(r.strides[0], 8);
   EXPECT_EQ(r.offset(5), 40);
+  for (int64_t m = 0; m < 6; ++m) EXPECT_EQ(r.lead_offset(m), r.offset(m)) << m;
   // [B=2, S=3, H=8] stored sequence-major (strides [8, 16, 1]): two dims.
   t = TensorRef(&dummy, DType::kBFloat16, {2, 3, 8}, {8, 16, 1}, Device::cuda(0));
   r = make_row_layout(t);
@@ -443,6 +444,7 @@ TEST(CpuRowLayout, CollapsesContiguousLeadingDims) {
   // 1-D tensor: a single row.
   t = TensorRef::contiguous(&dummy, DType::kBFloat16, {8}, Device::cuda(0));
   EXPECT_EQ(make_row_layout(t).nd, 0);
+  EXPECT_EQ(make_row_layout(t).lead_offset(0), 0);
   EXPECT_EQ(row_count(t), 1);
 }
 

@@ -432,10 +432,10 @@ __global__ void __launch_bounds__(kMaxThreads, kMinBlocks)
   const int nthreads = blockDim.x;
   const int nvec = static_cast<int>(a.n / V);
   const Tx* w = static_cast<const Tx*>(a.weight);
-  // Rows of one leading dimension (rms_norm_lean_rows): row m starts at m * stride.
-  auto stride = [](const core::RowLayout& rows) { return rows.nd == 0 ? 0 : rows.strides[0]; };
-  const int64_t x_stride = stride(a.x_rows), y_stride = stride(a.y_rows);
-  const int64_t r_stride = kFused ? stride(a.r_rows) : 0, s_stride = kFused ? stride(a.ro_rows) : 0;
+  // Rows of one leading dimension (rms_norm_lean_rows): row m starts at m * its stride.
+  const int64_t x_stride = a.x_rows.lead_offset(1), y_stride = a.y_rows.lead_offset(1);
+  const int64_t r_stride = kFused ? a.r_rows.lead_offset(1) : 0;
+  const int64_t s_stride = kFused ? a.ro_rows.lead_offset(1) : 0;
   griddep_wait();
   griddep_launch_dependents();
   for (int64_t row = blockIdx.x; row < a.m; row += gridDim.x) {

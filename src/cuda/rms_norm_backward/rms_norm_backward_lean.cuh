@@ -29,11 +29,6 @@
 
 namespace ropenorm::cuda {
 
-/// Element offset of row m in a layout of at most one leading dimension (lean rows).
-__device__ __forceinline__ int64_t bwd_lean_offset(const core::RowLayout& rows, int64_t m) {
-  return rows.nd == 0 ? 0 : m * rows.strides[0];
-}
-
 /// Lean backward kernel for rows of T (dy, x or s, the weight, dx and dresidual all of T),
 /// 16-byte aligned, N a multiple of V, at most one leading dimension, a weight, dw wanted.
 /// kPlain: the call is plain (core::bwd_plain_call: the rstd saved, no ds, no dresidual); else
@@ -67,8 +62,8 @@ __global__ void __launch_bounds__(core::kBwdLeanMaxThreads)
 
 #pragma unroll 1
   for (int64_t row = blockIdx.x; row < a.m; row += gridDim.x) {
-    const T* dy = static_cast<const T*>(a.dy) + bwd_lean_offset(a.dy_rows, row);
-    const T* x = static_cast<const T*>(a.x) + bwd_lean_offset(a.x_rows, row);
+    const T* dy = static_cast<const T*>(a.dy) + a.dy_rows.lead_offset(row);
+    const T* x = static_cast<const T*>(a.x) + a.x_rows.lead_offset(row);
     RawVec<T, V> dy_raw[VPT], x_raw[VPT], ds_raw[kPlain ? 1 : VPT];
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
@@ -80,7 +75,7 @@ __global__ void __launch_bounds__(core::kBwdLeanMaxThreads)
     }
     if constexpr (!kPlain) {
       if (has_ds) {
-        const T* ds = static_cast<const T*>(a.ds) + bwd_lean_offset(a.ds_rows, row);
+        const T* ds = static_cast<const T*>(a.ds) + a.ds_rows.lead_offset(row);
 #pragma unroll
         for (int k = 0; k < VPT; ++k) {
           const int j = tid + k * nthreads;
@@ -110,8 +105,8 @@ __global__ void __launch_bounds__(core::kBwdLeanMaxThreads)
     bwd_row_scalars<false, kPlain>(a, sum_gx, sum_sq, saved_r, scratch, &r, &c);
 
     // Second look: dx (+ ds), and dy * xh into the partials.
-    T* dx = static_cast<T*>(a.dx) + bwd_lean_offset(a.dx_rows, row);
-    T* dres = has_dres ? static_cast<T*>(a.dres) + bwd_lean_offset(a.dres_rows, row) : nullptr;
+    T* dx = static_cast<T*>(a.dx) + a.dx_rows.lead_offset(row);
+    T* dres = has_dres ? static_cast<T*>(a.dres) + a.dres_rows.lead_offset(row) : nullptr;
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
       const int j = tid + k * nthreads;
