@@ -171,7 +171,7 @@ bool bwd_plain_call(const RmsNormBwdPlan& p, const BwdPlainFacts& f) {
 
 bool bwd_lean_call(const RmsNormBwdPlan& p, const BwdLeanFacts& f, int64_t rows, int sm_count) {
   return p.path == RmsNormBwdPath::kBlockPerRow && !p.smem_acc && p.threads <= kBwdLeanMaxThreads &&
-         f.aligned && f.one_leading_dim && f.same_dtype && f.weight_aligned && f.dw &&
+         f.rows && f.same_dtype && f.weight_aligned && f.dw &&
          rows <= static_cast<int64_t>(kBwdLeanMaxRowsPerSm) * std::max(sm_count, 1);
 }
 

@@ -174,13 +174,12 @@ RmsNormBwdPlan bwd_plain_plan(const RmsNormBwdPlan& p, int elem_bytes, int64_t s
 
 /// What decides whether a call's rows can take the lean backward kernel (bwd_lean_call).
 struct BwdLeanFacts {
-  /// n a multiple of the vector width, every row of dy, x (s), ds, dx and dresidual starts on a
-  /// 16-byte boundary, and the vector width moves 16 bytes.
-  bool aligned = false;
-  bool one_leading_dim = false;  ///< each of those row tensors has at most one leading dimension
-  bool same_dtype = false;       ///< dy, dx, dresidual (when written) and the weight in x's dtype
-  bool weight_aligned = false;   ///< a weight given, 16-byte aligned
-  bool dw = false;               ///< dw wanted
+  /// x (s) with dy, ds, dx and dresidual in core::lean_row_layout: n a multiple of a 16-byte
+  /// vector width, rows of at most one leading dimension, each row 16-byte aligned.
+  bool rows = false;
+  bool same_dtype = false;      ///< dy, dx, dresidual (when written) and the weight in x's dtype
+  bool weight_aligned = false;  ///< a weight given, 16-byte aligned
+  bool dw = false;              ///< dw wanted
 };
 
 /// Largest block of the lean kernel (its launch bound, so up to 255 registers a thread: a thread

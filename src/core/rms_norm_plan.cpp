@@ -107,14 +107,23 @@ bool rms_norm_aligned_rows(const AccessFacts& x, int64_t n, int vec) {
   return vec > kScalarWidth && n % vec == 0 && rows_aligned(x, vec);
 }
 
-bool rms_norm_lean_rows(const LeanRowFacts& f, int vec) {
-  if (vec <= kScalarWidth || f.n % vec != 0) return false;
-  if (!f.exact || !f.same_dtype || f.weight == nullptr) return false;
-  if (addr(f.weight) % 16 != 0 || vec * f.x.elem_size != 16) return false;
+bool lean_row_layout(const AccessFacts& x, int64_t n, int vec,
+                     std::initializer_list<AccessFacts> others) {
+  if (vec <= kScalarWidth || n % vec != 0 || vec * x.elem_size != 16) return false;
   auto lean = [&](const AccessFacts& t) {
-    return t.elem_size == f.x.elem_size && t.rows.nd <= 1 && rows_aligned(t, vec);
+    return t.elem_size == x.elem_size && t.rows.nd <= 1 && rows_aligned(t, vec);
   };
-  return lean(f.x) && lean(f.y) && (!f.fused || (lean(f.r) && lean(f.ro)));
+  if (!lean(x)) return false;
+  for (const AccessFacts& t : others) {
+    if (!lean(t)) return false;
+  }
+  return true;
+}
+
+bool rms_norm_lean_rows(const LeanRowFacts& f, int vec) {
+  if (!f.exact || !f.same_dtype || f.weight == nullptr || addr(f.weight) % 16 != 0) return false;
+  // Without the fused add y stands in for r and ro.
+  return lean_row_layout(f.x, f.n, vec, {f.y, f.fused ? f.r : f.y, f.fused ? f.ro : f.y});
 }
 
 int rms_norm_vector_width(const AccessFacts& x, std::initializer_list<AccessFacts> others) {

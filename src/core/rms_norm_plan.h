@@ -46,6 +46,13 @@ struct AccessFacts {
 /// constraint (staged in shared memory or read as scalars).
 int rms_norm_vector_width(const AccessFacts& x, std::initializer_list<AccessFacts> others);
 
+/// The row layout the lean kernels (forward and backward) take at vector width vec: vec > 1 moves
+/// 16 bytes of x's elements and divides n, and x and every tensor in `others` hold elements of x's
+/// size in rows of at most one leading dimension (after collapsing), each row 16-byte aligned
+/// (base aligned, row stride a multiple of vec elements).
+bool lean_row_layout(const AccessFacts& x, int64_t n, int vec,
+                     std::initializer_list<AccessFacts> others);
+
 /// What decides whether rows can take the lean direct kernel (rms_norm_lean_rows).
 struct LeanRowFacts {
   AccessFacts x;
@@ -61,10 +68,8 @@ struct LeanRowFacts {
 
 /// Whether the rows need none of the direct kernel's generality, so that its lean form serves
 /// them with the same bits: a weight, exact rounding, y and the weight (and, for the fused add,
-/// the residual and residual_out) in x's dtype, n a multiple of the vector width vec (> 1), x
-/// and y (and r and ro) rows of one leading dimension (after collapsing) and each of their rows
-/// 16-byte aligned (base aligned, row stride a multiple of vec elements), the weight 16-byte
-/// aligned. Depends on the tensors' layout, never on the row count.
+/// the residual and residual_out) in x's dtype, x and y (and r and ro) in lean_row_layout, the
+/// weight 16-byte aligned. Depends on the tensors' layout, never on the row count.
 bool rms_norm_lean_rows(const LeanRowFacts& f, int vec);
 
 /// Whether the rows have no edge elements: vec > 1 divides n and every row of x starts on a

@@ -549,7 +549,7 @@ TEST(CpuRmsNormBackwardPlan, LeanCallRule) {
   constexpr int kSms = 132;
   const int64_t bound = int64_t{core::kBwdLeanMaxRowsPerSm} * kSms;
   core::BwdLeanFacts f;
-  f.aligned = f.one_leading_dim = f.same_dtype = f.weight_aligned = f.dw = true;
+  f.rows = f.same_dtype = f.weight_aligned = f.dw = true;
   struct Case {
     int64_t n;
     int vec, ring_bytes, ds_bytes;
@@ -583,9 +583,9 @@ TEST(CpuRmsNormBackwardPlan, LeanCallRule) {
   }
   const core::RmsNormBwdPlan p = core::plan_rms_norm_backward(4096, 8, true, true, 4, true);
   EXPECT_FALSE(p.lean);  // set by the launcher only
-  for (int i = 0; i < 5; ++i) {
+  for (int i = 0; i < 4; ++i) {
     core::BwdLeanFacts g = f;
-    bool* fact[] = {&g.aligned, &g.one_leading_dim, &g.same_dtype, &g.weight_aligned, &g.dw};
+    bool* fact[] = {&g.rows, &g.same_dtype, &g.weight_aligned, &g.dw};
     *fact[i] = false;
     EXPECT_FALSE(core::bwd_lean_call(p, g, 1, kSms)) << i;
   }

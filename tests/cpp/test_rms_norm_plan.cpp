@@ -136,6 +136,35 @@ TEST(CpuRmsNormPlan, BlockSplitFollowsRowsPerSm) {
   }
 }
 
+// The lean kernels' row layout (forward and backward): 16-byte vectors dividing n, every given
+// tensor of x's element size with rows of at most one leading dimension, each 16-byte aligned.
+TEST(CpuRmsNormPlan, LeanRowLayout) {
+  const AccessFacts x{g_buf, 2, rows(4096)}, dy{g_buf + 16384, 2, rows(4104)}, absent{};
+  EXPECT_TRUE(lean_row_layout(x, 4096, 8, {dy, x}));
+  EXPECT_FALSE(lean_row_layout(x, 4096, 8, {dy, absent}));  // no element size
+  EXPECT_TRUE(lean_row_layout(x, 4096, 8, {}));
+  EXPECT_FALSE(lean_row_layout(x, 4095, 8, {dy}));  // edge elements
+  EXPECT_FALSE(lean_row_layout(x, 4096, 4, {dy}));  // 8-byte vectors
+  EXPECT_FALSE(lean_row_layout(x, 4096, 1, {dy}));  // scalar width
+  AccessFacts t = dy;
+  t.data = g_buf + 16386;  // misaligned base
+  EXPECT_FALSE(lean_row_layout(x, 4096, 8, {t}));
+  t = dy;
+  t.rows = rows(4100);  // a row stride that moves the phase
+  EXPECT_FALSE(lean_row_layout(x, 4096, 8, {t}));
+  t = dy;
+  t.rows.nd = 2;  // two leading dimensions
+  EXPECT_FALSE(lean_row_layout(x, 4096, 8, {t}));
+  t = dy;
+  t.elem_size = 4;  // another element size
+  EXPECT_FALSE(lean_row_layout(x, 4096, 8, {t}));
+  t = x;
+  t.rows.nd = 0;  // a single row
+  EXPECT_TRUE(lean_row_layout(t, 4096, 8, {dy}));
+  const AccessFacts x32{g_buf, 4, rows(4100)};
+  EXPECT_TRUE(lean_row_layout(x32, 4100, 4, {}));
+}
+
 // Rows the lean direct kernel serves: the plain op with a weight, exact rounding, one dtype,
 // aligned rows of one leading dimension and no edge elements; anything else is the direct kernel.
 TEST(CpuRmsNormPlan, LeanRows) {

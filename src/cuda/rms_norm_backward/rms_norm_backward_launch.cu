@@ -102,9 +102,9 @@ Status run_rms_norm_backward(const core::RmsNormBackwardCall& c, int64_t plan_ro
       elem(c.dy) + elem(c.x), c.ds.defined() ? elem(c.x) : 0, c.dresidual.defined(),
       c.weight.defined());
   core::BwdLeanFacts lean;
-  lean.aligned = core::rms_norm_aligned_rows(ref, n, vec) && vec * ref.elem_size == 16;
-  lean.one_leading_dim = a.dy_rows.nd <= 1 && a.x_rows.nd <= 1 && a.ds_rows.nd <= 1 &&
-                         a.dx_rows.nd <= 1 && a.dres_rows.nd <= 1;
+  // Absent ds and dresidual: x stands in for them.
+  lean.rows = core::lean_row_layout(
+      x_f, n, vec, {dy_f, dx_f, c.ds.defined() ? ds_f : x_f, c.dresidual.defined() ? dres_f : x_f});
   lean.same_dtype = c.dy.dtype == c.x.dtype && c.dx.dtype == c.x.dtype &&
                     (!c.dresidual.defined() || c.dresidual.dtype == c.x.dtype) &&
                     c.weight.defined() && c.weight.dtype == c.x.dtype;
