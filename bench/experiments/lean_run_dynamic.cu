@@ -27,7 +27,11 @@
 // against 340.48 us, QK-norm + RoPE 441.06 against 345.98) and per warp 2.6-2.9x (992.67,
 // 998.46); the static copy within 0.6% of the library's call. Not taken. Since 0f6e678 the
 // kernels copy the cos/sin rows with the library's L2 policy (LeanRunRing::fetch_cos_sin), which
-// those timings predate. Not part of the build:
+// those timings predate. The static order also takes a split (TailSplit): the resident grid's
+// blocks take the tokens below a bound, and tail blocks past the resident grid, which the
+// hardware starts wherever a resident block has exited, take the rest in chunks of c tokens
+// (the last r rounds of the resident grid's share; "tail r x c" in the output). With "dynamic"
+// on the command line the counter orders run too. Not part of the build:
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90,code=sm_90 -Iinclude -Isrc \
 //        bench/experiments/lean_run_dynamic.cu build/libropenorm.a -o lean_run_dynamic
 #include <cuda_runtime.h>
@@ -64,21 +68,41 @@ constexpr int kThreads = kLanes * kRows, kWarps = kThreads / 32;
 
 enum class Order { kStatic, kBlock, kWarp };
 
+/// The static order's split (kStatic): the grid's first gridDim.x - tail_blocks blocks (the
+/// resident grid) take tokens bx, bx + G0, ... below static_end; tail block i (blockIdx.x = G0 + i)
+/// takes static_end + i, static_end + i + tail_blocks, ... below T. The hardware starts a tail
+/// block wherever a resident block has exited, so the multiprocessors that finish their head
+/// shares first take more of the tail. {T, 0}: the library's order.
+struct TailSplit {
+  uint32_t static_end, tail_blocks;
+};
+
 /// A thread's token claims in order kOrder (see the file comment).
 template <Order kOrder>
 struct Claims {
   unsigned* counter;
   unsigned* done;
   uint32_t* mailbox;  ///< kBlock: two words of shared memory
-  uint32_t next_static;
+  uint32_t next_static, step = 0, end = 0;
   int parity = 0;
 
-  __device__ Claims(unsigned* counters, unsigned* dones, uint32_t* mb) : mailbox(mb) {
+  __device__ Claims(unsigned* counters, unsigned* dones, uint32_t* mb, TailSplit split,
+                    uint32_t tokens)
+      : mailbox(mb) {
     const int slot =
         kOrder == Order::kWarp ? static_cast<int>(threadIdx.y * blockDim.x + threadIdx.x) / 32 : 0;
     counter = counters + blockIdx.y * kWarps + slot;
     done = dones + blockIdx.y * kWarps + slot;
-    next_static = blockIdx.x;
+    const uint32_t head_blocks = gridDim.x - split.tail_blocks;
+    if (blockIdx.x < head_blocks) {
+      next_static = blockIdx.x;
+      step = head_blocks;
+      end = split.static_end;
+    } else {
+      next_static = split.static_end + (blockIdx.x - head_blocks);
+      step = split.tail_blocks;
+      end = tokens;
+    }
   }
   __device__ bool leader() const {
     const int tid = static_cast<int>(threadIdx.y * blockDim.x + threadIdx.x);
@@ -88,8 +112,8 @@ struct Claims {
   __device__ uint32_t claim() {
     if constexpr (kOrder == Order::kStatic) {
       const uint32_t t = next_static;
-      next_static += gridDim.x;
-      return t;
+      next_static += step;
+      return t < end ? t : 0xffffffffu;
     } else if constexpr (kOrder == Order::kBlock) {
       if (leader()) mailbox[parity] = atomicAdd(counter, 1u);
       __syncthreads();
@@ -121,7 +145,8 @@ struct Claims {
 template <Order kOrder, typename Spec, typename Body>
 __device__ __forceinline__ void dyn_lean_run(const RopeKernelArgs& a, uint4* ring,
                                              const LeanRunLane& ln, unsigned* counters,
-                                             unsigned* dones, uint32_t* mailbox, Body&& body) {
+                                             unsigned* dones, uint32_t* mailbox, TailSplit split,
+                                             Body&& body) {
   using T = bf16;
   using C = float;
   using R = LeanRunRing<T, C, 2>;
@@ -132,7 +157,7 @@ __device__ __forceinline__ void dyn_lean_run(const RopeKernelArgs& a, uint4* rin
   const int fa = Io::fetch_a(ln), fb = Io::fetch_b(ln);
   const LeanRunWalkFlat<T, C, Spec> w(a, ln, fa);
   const auto tokens = static_cast<uint32_t>(a.tokens);
-  Claims<kOrder> cl(counters, dones, mailbox);
+  Claims<kOrder> cl(counters, dones, mailbox, split, tokens);
   auto fetch = [&](int stage, uint32_t t, int64_t p) {
     const T* x = w.in_at(t);
     rg.template fetch<kVecBytes, false>(stage, 0, x);
@@ -170,14 +195,14 @@ __device__ __forceinline__ void dyn_lean_run(const RopeKernelArgs& a, uint4* rin
 
 template <Order kOrder>
 __global__ void __launch_bounds__(kThreads, 2)
-    dyn_rope_kernel(const RopeKernelArgs a, unsigned* counters, unsigned* dones) {
+    dyn_rope_kernel(const RopeKernelArgs a, unsigned* counters, unsigned* dones, TailSplit split) {
   constexpr int V = core::kRopeLeanVec;
   extern __shared__ uint4 dyn_ring[];
   __shared__ uint32_t mailbox[2];
   const LeanRunLane ln = lean_run_lane<false>(a, a.half);
   griddep_wait();
   dyn_lean_run<kOrder, LeanRowsFlatI64>(
-      a, dyn_ring, ln, counters, dones, mailbox,
+      a, dyn_ring, ln, counters, dones, mailbox, split,
       [&](uint32_t, const auto& y, const RopeHeadRegs<bf16, V>& regs, const float(&c)[V],
           const float(&sn)[V],
           const auto& io) { rope_lean_run_rotate<bf16, false>(y, regs, c, sn, io); });
@@ -185,7 +210,7 @@ __global__ void __launch_bounds__(kThreads, 2)
 
 template <Order kOrder>
 __global__ void __launch_bounds__(kThreads, 2)
-    dyn_qk_kernel(const QkNormRopeArgs args, unsigned* counters, unsigned* dones) {
+    dyn_qk_kernel(const QkNormRopeArgs args, unsigned* counters, unsigned* dones, TailSplit split) {
   constexpr int V = core::kRopeLeanVec;
   using Spec = LeanFlatI64<8>;
   extern __shared__ uint4 dyn_ring[];
@@ -197,7 +222,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   griddep_wait();
   float w0[V], w1[V];
   qk_head_factors<V, bf16>(args, ln.hh, oa, ob, w0, w1);
-  dyn_lean_run<kOrder, Spec>(a, dyn_ring, ln, counters, dones, mailbox,
+  dyn_lean_run<kOrder, Spec>(a, dyn_ring, ln, counters, dones, mailbox, split,
                              [&](uint32_t t, const auto& y, const RopeHeadRegs<bf16, V>& regs,
                                  const float(&c)[V], const float(&sn)[V], const auto&) {
                                qk_lean_run_head<bf16, false, Spec>(
@@ -207,7 +232,7 @@ __global__ void __launch_bounds__(kThreads, 2)
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
   const int64_t max_t = 65536;
   const size_t qn = max_t * kHq * kD, kn = max_t * kHk * kD;
   std::mt19937_64 rng(20261204);
@@ -245,7 +270,24 @@ int main() {
     CK(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize,
                             static_cast<int>(smem)));
   }
-  const char* order_names[] = {"static", "dynamic per block", "dynamic per warp"};
+  // Variants: the static order without a tail (the library's), with tails of r rounds of the
+  // resident grid in tail blocks of c tokens; with "dynamic" on the command line also the
+  // counter orders.
+  struct Variant {
+    std::string name;
+    Order order;
+    int tail_rounds, chunk;
+  };
+  std::vector<Variant> variants = {{"static", Order::kStatic, 0, 0}};
+  for (const auto& rc : std::vector<std::pair<int, int>>{
+           {2, 1}, {4, 1}, {4, 2}, {8, 2}, {8, 4}, {16, 4}, {16, 8}, {32, 8}}) {
+    variants.push_back({"tail " + std::to_string(rc.first) + "x" + std::to_string(rc.second),
+                        Order::kStatic, rc.first, rc.second});
+  }
+  if (argc > 1 && std::string(argv[1]) == "dynamic") {
+    variants.push_back({"dynamic per block", Order::kBlock, 0, 0});
+    variants.push_back({"dynamic per warp", Order::kWarp, 0, 0});
+  }
   for (int64_t t : {int64_t{32768}, int64_t{65536}}) {
     const DeviceCosSin csd = device_cos_sin(rng, t, kD, t);
     const StandardViews sv(csd, t, w);
@@ -257,8 +299,20 @@ int main() {
     inv.inverse = true;
     const TensorRef &twq = sv.wq, &twk = sv.wk;
     QkNormParams np;
-    const int64_t grid = std::min<int64_t>(t, int64_t{sms} * 2);
-    const dim3 g(static_cast<unsigned>(grid)), b(kLanes, kRows);
+    const int64_t resident = std::min<int64_t>(t, int64_t{sms} * 2);
+    // A variant's grid and split at this length.
+    auto shape = [&](const Variant& v, dim3& g, TailSplit& split) {
+      split = {static_cast<uint32_t>(t), 0u};
+      int64_t tail_blocks = 0;
+      if (v.tail_rounds > 0) {
+        const int64_t head_rounds = std::max<int64_t>(t / resident - v.tail_rounds, 0);
+        const int64_t static_end = head_rounds * resident;
+        tail_blocks = (t - static_end + v.chunk - 1) / v.chunk;
+        split = {static_cast<uint32_t>(static_end), static_cast<uint32_t>(tail_blocks)};
+      }
+      g = dim3(static_cast<unsigned>(resident + tail_blocks));
+    };
+    const dim3 b(kLanes, kRows);
     for (const bool qk : {false, true}) {
       // The library's call (reference bits and the time to beat), then the experiment kernels
       // on the library's arguments for the same call writing the second outputs.
@@ -278,22 +332,22 @@ int main() {
                                   view(yk2, kHk), rstd(rq2, kHq), rstd(rk2, kHk), rp, cs, prm, np));
       const RopeKernelArgs ra =
           rope_args_of({view(q, kHq), view(k, kHk), view(yq2, kHq), view(yk2, kHk), rp, cs, prm});
-      std::vector<std::function<void()>> vs;
-      for (int o = 0; o < 3; ++o) {
-        vs.push_back([&, o] {
-          if (qk) {
-            const auto f = o == 0   ? dyn_qk_kernel<Order::kStatic>
-                           : o == 1 ? dyn_qk_kernel<Order::kBlock>
-                                    : dyn_qk_kernel<Order::kWarp>;
-            CK(launch_with_pdl(f, g, b, smem, nullptr, qa, counters, dones));
-          } else {
-            const auto f = o == 0   ? dyn_rope_kernel<Order::kStatic>
-                           : o == 1 ? dyn_rope_kernel<Order::kBlock>
-                                    : dyn_rope_kernel<Order::kWarp>;
-            CK(launch_with_pdl(f, g, b, smem, nullptr, ra, counters, dones));
-          }
-        });
-      }
+      auto launch = [&](const Variant& v, const RopeKernelArgs& args) {
+        dim3 g;
+        TailSplit split;
+        shape(v, g, split);
+        if (qk) {
+          const auto f = v.order == Order::kStatic  ? dyn_qk_kernel<Order::kStatic>
+                         : v.order == Order::kBlock ? dyn_qk_kernel<Order::kBlock>
+                                                    : dyn_qk_kernel<Order::kWarp>;
+          CK(launch_with_pdl(f, g, b, smem, nullptr, qa, counters, dones, split));
+        } else {
+          const auto f = v.order == Order::kStatic  ? dyn_rope_kernel<Order::kStatic>
+                         : v.order == Order::kBlock ? dyn_rope_kernel<Order::kBlock>
+                                                    : dyn_rope_kernel<Order::kWarp>;
+          CK(launch_with_pdl(f, g, b, smem, nullptr, args, counters, dones, split));
+        }
+      };
       const size_t nq = t * kHq * kD, nk = t * kHk * kD;
       CK(cudaMemset(yq, 0xff, qn * 2));
       CK(cudaMemset(yk, 0xff, kn * 2));
@@ -304,12 +358,12 @@ int main() {
       const auto ref_q = to_host16(yq, nq), ref_k = to_host16(yk, nk);
       const auto ref_rq = to_host32(rq, t * kHq), ref_rk = to_host32(rk, t * kHk);
       const char* op = qk ? "qk_norm_rope" : "rope";
-      for (int o = 0; o < 3; ++o) {
+      for (const Variant& v : variants) {
         CK(cudaMemset(yq2, 0xff, qn * 2));
         CK(cudaMemset(yk2, 0xff, kn * 2));
         CK(cudaMemset(rq2, 0xff, max_t * kHq * 4));
         CK(cudaMemset(rk2, 0xff, max_t * kHk * 4));
-        vs[o]();
+        launch(v, ra);
         CK(cudaDeviceSynchronize());
         const auto eq = to_host16(yq2, nq), ek = to_host16(yk2, nk);
         size_t differ = 0;
@@ -322,25 +376,30 @@ int main() {
         }
         const auto left = to_host32(counters, 2 * kWarps);
         unsigned nonzero = 0;
-        for (uint32_t v : left) nonzero += v != 0;
-        std::printf("  %s T=%5lld check %s: %zu values differ, %u counter words not zero\n", op,
-                    static_cast<long long>(t), order_names[o], differ, nonzero);
+        for (uint32_t x : left) nonzero += x != 0;
+        dim3 g;
+        TailSplit split;
+        shape(v, g, split);
+        std::printf(
+            "  %s T=%5lld check %s (grid %u, static below %u, %u tail blocks): %zu values "
+            "differ, %u counter words not zero\n",
+            op, static_cast<long long>(t), v.name.c_str(), g.x, split.static_end, split.tail_blocks,
+            differ, nonzero);
       }
-      std::printf("%-12s T=%5lld cold: library %.2f us", op, static_cast<long long>(t),
-                  time_med(lib, true));
-      for (int o = 0; o < 3; ++o) std::printf(" | %s %.2f", order_names[o], time_med(vs[o], true));
-      std::printf(" us\n");
+      // Cold-L2 medians, the library and the variants alternating twice.
+      for (int pass = 0; pass < 2; ++pass) {
+        std::printf("%-12s T=%5lld cold (pass %d): library %.2f us", op, static_cast<long long>(t),
+                    pass, time_med(lib, true));
+        for (const Variant& v : variants) {
+          std::printf(" | %s %.2f", v.name.c_str(), time_med([&] { launch(v, ra); }, true));
+        }
+        std::printf("\n");
+      }
       if (!qk && t == 32768) {   // forward then inverse, the forward + backward row's pair
         RopeKernelArgs ia = ra;  // the inverse in place on the forward's outputs
         ia.inverse = true;
         ia.q = ra.q_out;
         ia.k = ra.k_out;
-        auto pair = [&](auto f) {
-          return [&, f] {
-            CK(launch_with_pdl(f, g, b, smem, nullptr, ra, counters, dones));
-            CK(launch_with_pdl(f, g, b, smem, nullptr, ia, counters, dones));
-          };
-        };
         auto lib_pair = [&] {
           check(
               rope(view(q, kHq), view(k, kHk), view(yq, kHq), view(yk, kHk), rp, cs, prm, nullptr),
@@ -351,11 +410,16 @@ int main() {
         };
         std::printf("%-12s T=%5lld cold: forward + inverse library %.2f us", op,
                     static_cast<long long>(t), time_med(lib_pair, true));
-        std::printf(" | static %.2f", time_med(pair(dyn_rope_kernel<Order::kStatic>), true));
-        std::printf(" | dynamic per block %.2f",
-                    time_med(pair(dyn_rope_kernel<Order::kBlock>), true));
-        std::printf(" | dynamic per warp %.2f us\n",
-                    time_med(pair(dyn_rope_kernel<Order::kWarp>), true));
+        for (const Variant& v : variants) {
+          std::printf(" | %s %.2f", v.name.c_str(),
+                      time_med(
+                          [&] {
+                            launch(v, ra);
+                            launch(v, ia);
+                          },
+                          true));
+        }
+        std::printf(" us\n");
       }
     }
     CK(cudaFree(csd.cache));
