@@ -31,7 +31,11 @@
 // blocks take the tokens below a bound, and tail blocks past the resident grid, which the
 // hardware starts wherever a resident block has exited, take the rest in chunks of c tokens
 // (the last r rounds of the resident grid's share; "tail r x c" in the output). With "dynamic"
-// on the command line the counter orders run too. Not part of the build:
+// on the command line the counter orders run too. At 772e28e (lean-run-tail-772e28e-*): the same
+// bits everywhere; QK-norm + RoPE T = 65536 342.11-346.91 us with tails against 342.21-342.46
+// (library) and 343.10-343.23 (static), no gain; RoPE 404-424 against 336-337: its 64-register
+// blocks fit 3 per multiprocessor once the grid exceeds the resident 2, so some multiprocessors
+// start 3 head blocks. Not taken. Not part of the build:
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90,code=sm_90 -Iinclude -Isrc \
 //        bench/experiments/lean_run_dynamic.cu build/libropenorm.a -o lean_run_dynamic
 #include <cuda_runtime.h>

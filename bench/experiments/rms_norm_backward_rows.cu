@@ -10,8 +10,7 @@
 // times the plain ring kernel at 2 (the library's), 3 and 4 stages (function stages), with
 // "general" the general ring kernel at 2 and 3 (function general), with "fixed" the plain call's
 // per-launch cost by row count (function fixed), with "odd [N ...]" rows of varying phase (N =
-// 4095 unless given) by split and ring depth (function odd), with "tail" the plain call with
-// the last rounds of its rows in tail blocks (function tail); with "splits" it also times
+// 4095 unless given) by split and ring depth (function odd); with "splits" it also times
 // the block-per-row ring kernel at every threads x vectors-per-thread split that fits, for the
 // plain op, the fused add and the fused add with dresidual absent (dx alone written) (the
 // most elementwise ulps by which dx differs from the production plan's at M = 4096: a different
@@ -19,7 +18,9 @@
 // of a row in the ring kernel, whose plain op at N = 4096 moved 60% of the fused add's bytes in
 // the same time. Answered (bench/results/bwd-splits-*-nvidia-h200.log, docs/performance.md):
 // about 425 warp instructions per row per warp at 512 x 1 (ncu: 57% issue-slot use), so 4 vectors
-// per thread win at many rows, and a 2-stage ring beat a 4-stage one at every split.
+// per thread win at many rows, and a 2-stage ring beat a 4-stage one at every split. At 772e28e a
+// "tail" mode timed the plain call with its last rows in tail blocks past the resident grid
+// (with a split the library then took; rms-bwd-tail-772e28e-nvidia-h200.log); taken out with it.
 // Not part of the build:
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90,code=sm_90 -Iinclude -Isrc \
 //        bench/experiments/rms_norm_backward_rows.cu build/libropenorm.a -o rms_norm_backward_rows
@@ -692,104 +693,6 @@ void odd(const std::vector<int64_t>& widths, void* x, void* dy, void* ds, void* 
     }
 }
 
-// The plain call's rows split between the resident grid and tail blocks (RmsNormBwdPlan's
-// tail_rounds, tail_chunk; core::bwd_tail_split): the library's launch with the last r rounds of
-// the grid's rows in tail blocks of c rows, which the hardware starts wherever a resident block
-// has finished, each writing its own partial row (a workspace of up to 2048 partial rows here).
-// dx compared bit for bit with the public call's, dw's bits counted against it and against a
-// second run of the same variant, and every dw's largest error against a float64 sum of
-// dy * x * rstd. Question: at M = 32768 N = 4096 the multiprocessors finished their equal shares
-// of rows up to 22 us apart (docs/performance.md, the multiprocessors' balance); do tail blocks
-// taken by the first to finish shorten the launch by more than their partial rows cost?
-void tail(void* x, void* dy, void* dx, void* w, void* dw, void* rstd, void* ws, size_t ws_bytes) {
-  std::printf("\nplain call with tail blocks (us, cold)\n");
-  RmsNormBackwardParams bp;
-  bp.eps = 1e-6f;
-  const int64_t kMaxParts = 2048;
-  float* big = nullptr;
-  CK(cudaMalloc(&big, static_cast<size_t>(kMaxParts) * 8192 * 4));
-  for (int64_t n : {4096, 8192}) {
-    for (int64_t m : {4096, 32768}) {
-      const BwdShape sh = bwd_shape(x, w, rstd, dx, ws, ws_bytes, dw, m, n);
-      const size_t count = static_cast<size_t>(m) * n;
-      auto api = [&] {
-        check(rms_norm_backward(rows(dy, DType::kBFloat16, m, n), sh.x, sh.w, sh.rstd,
-                                rows(dx, DType::kBFloat16, m, n), sh.dw, sh.ws, bp),
-              "backward");
-      };
-      const std::vector<uint16_t> ref = poisoned_run(api, dx, count);
-      const std::vector<uint16_t> ref_dw = device_values(dw, static_cast<size_t>(n));
-      // float64 dw = sum over rows of dy * x * rstd.
-      const std::vector<uint16_t> hx = device_values(x, count), hdy = device_values(dy, count);
-      std::vector<float> hr(static_cast<size_t>(m));
-      CK(cudaMemcpy(hr.data(), rstd, hr.size() * 4, cudaMemcpyDeviceToHost));
-      std::vector<double> exact(static_cast<size_t>(n), 0.0);
-      auto bf = [](uint16_t v) {
-        const uint32_t u = static_cast<uint32_t>(v) << 16;
-        float f;
-        std::memcpy(&f, &u, 4);
-        return static_cast<double>(f);
-      };
-      for (int64_t r = 0; r < m; ++r) {
-        for (int64_t c = 0; c < n; ++c) {
-          const size_t i = static_cast<size_t>(r * n + c);
-          exact[c] += bf(hdy[i]) * bf(hx[i]) * hr[r];
-        }
-      }
-      double scale = 0.0;
-      for (double v : exact) scale = std::max(scale, std::abs(v));
-      auto dw_error = [&](const std::vector<uint16_t>& got) {
-        double e = 0.0;
-        for (size_t c = 0; c < got.size(); ++c) e = std::max(e, std::abs(bf(got[c]) - exact[c]));
-        return e / scale;
-      };
-      std::printf("N=%5lld M=%6lld: API %8.2f us (dw error %.2e of max|dw|)\n",
-                  static_cast<long long>(n), static_cast<long long>(m), time_med(api, true),
-                  dw_error(ref_dw));
-      const core::RmsNormBwdPlan base = core::plan_rms_norm_backward(n, 8, true, true, 4, true);
-      cuda::RmsNormBwdKernelArgs a = bwd_args(dy, x, nullptr, w, rstd, dx, nullptr, big, m, n);
-      const std::vector<std::pair<int, int>> shapes =
-          m >= 32768
-              ? std::vector<std::pair<int, int>>{{0, 0}, {2, 2}, {4, 2}, {4, 4},
-                                                 {8, 4}, {8, 8}, {16, 8}}
-              : std::vector<std::pair<int, int>>{{0, 0}, {1, 1}, {1, 2}, {2, 2}, {2, 4}, {4, 4}};
-      for (const auto& rc : shapes) {
-        core::RmsNormBwdPlan p = base;
-        p.tail_rounds = rc.first;
-        p.tail_chunk = rc.second;
-        int64_t grid = 0;
-        auto run = [&] {
-          check(cuda::launch_rms_norm_backward_typed<cuda::bf16, cuda::bf16>("tail", a, p, nullptr,
-                                                                             &grid),
-                "rows");
-          check(cuda::launch_column_sum("tail", big, grid, n, DType::kBFloat16, dw, nullptr),
-                "column sum");
-        };
-        CK(cudaMemset(dw, 0xff, static_cast<size_t>(n) * 2));
-        const std::vector<uint16_t> got = poisoned_run(run, dx, count);
-        const std::vector<uint16_t> got_dw = device_values(dw, static_cast<size_t>(n));
-        CK(cudaMemset(dw, 0xff, static_cast<size_t>(n) * 2));
-        run();
-        CK(cudaDeviceSynchronize());
-        const std::vector<uint16_t> again_dw = device_values(dw, static_cast<size_t>(n));
-        if (grid > kMaxParts) {
-          std::printf("  tail %dx%d: %lld partial rows, past the buffer\n", rc.first, rc.second,
-                      static_cast<long long>(grid));
-          continue;
-        }
-        const float t = time_med(run, true);
-        std::printf(
-            "  tail %2dx%d grid %5lld: %8.2f us (%zu dx differ; dw: %zu differ from the "
-            "API's, %zu between two runs, error %.2e)\n",
-            rc.first, rc.second, static_cast<long long>(grid), t, differing(ref, got),
-            differing(ref_dw, got_dw), differing(got_dw, again_dw), dw_error(got_dw));
-      }
-      std::printf("  API again %8.2f us\n", time_med(api, true));
-    }
-  }
-  CK(cudaFree(big));
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -855,7 +758,6 @@ int main(int argc, char** argv) {
     if (widths.empty()) widths.push_back(4095);
     odd(widths, x, dy, ds, dx, dres, w, dw, rstd, ws, ws_bytes);
   }
-  if (argc > 1 && std::strcmp(argv[1], "tail") == 0) tail(x, dy, dx, w, dw, rstd, ws, ws_bytes);
   if (argc > 1 && std::strcmp(argv[1], "fixed") == 0)
     fixed(x, dy, ds, dx, dres, w, dw, rstd, ws, ws_bytes);
   if (argc > 1 && std::strcmp(argv[1], "narrow") == 0) {

@@ -164,17 +164,6 @@ int64_t bwd_grid(int64_t rows, int64_t n, const RmsNormBwdPlan& plan, int reside
   return std::min<int64_t>(units, static_cast<int64_t>(std::max(sm_count, 1)) * per_sm);
 }
 
-BwdTailSplit bwd_tail_split(int64_t rows, int64_t grid, int tail_rounds, int chunk) {
-  BwdTailSplit t;
-  t.head_rows = rows;
-  if (tail_rounds <= 0 || chunk <= 0 || grid <= 0) return t;
-  const int64_t head_rounds = rows / grid - tail_rounds;
-  if (head_rounds <= 0) return t;
-  t.head_rows = head_rounds * grid;
-  t.tail_blocks = (rows - t.head_rows + chunk - 1) / chunk;
-  return t;
-}
-
 bool bwd_plain_call(const RmsNormBwdPlan& p, const BwdPlainFacts& f) {
   return p.path != RmsNormBwdPath::kTwoPass && !p.smem_acc && f.rstd_saved && f.weight && f.dw &&
          !f.ds && !f.dresidual && f.dx_as_input && f.dy_as_input;

@@ -82,26 +82,7 @@ struct RmsNormBwdPlan {
   /// The lean kernel instead of the ring kernel, on the ring kernel's grid and split (so the same
   /// bits): set by the launcher from bwd_lean_call, never by plan_rms_norm_backward.
   bool lean = false;
-  /// Block-path ring kernel: the last tail_rounds rounds of the resident grid's rows go to tail
-  /// blocks of tail_chunk rows each (bwd_tail_split); 0: none.
-  int tail_rounds = 0;
-  int tail_chunk = 0;
 };
-
-/// The rows of a ring launch split between the resident grid and tail blocks: the grid's blocks
-/// take rows bx, bx + grid, ... below head_rows; tail block i takes head_rows + i, head_rows + i +
-/// tail_blocks, ... below the row count. Each block writes its own partial row, so the launch
-/// writes grid + tail_blocks of them.
-struct BwdTailSplit {
-  int64_t head_rows = 0;
-  int64_t tail_blocks = 0;
-};
-
-/// The split of `rows` rows over a resident grid of `grid` blocks with the last `tail_rounds`
-/// of its rounds in tail blocks of `chunk` rows: head_rows = (rows / grid - tail_rounds) * grid;
-/// no tail blocks ({rows, 0}) when tail_rounds or chunk is not positive or the head would be
-/// empty.
-BwdTailSplit bwd_tail_split(int64_t rows, int64_t grid, int tail_rounds, int chunk);
 
 /// Column c's slot in the shared-memory tables of the ring kernels (weight factors, dw partials,
 /// the warp path's fold): (c % vec) * lanes + c / vec with lanes = ceil(n / vec). A thread's

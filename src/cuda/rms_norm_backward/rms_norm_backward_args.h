@@ -29,11 +29,6 @@ struct RmsNormBwdKernelArgs {
   float w_offset;
   bool w_table;  // rows of varying phase: the weight factors staged in shared memory (the plan's
                  // stage_weights), else read per element from global memory
-  // Block-path ring kernel, tail_blocks > 0: the first gridDim.x - tail_blocks blocks take rows
-  // bx, bx + G0, ... below head_rows; tail block i takes head_rows + i, head_rows + i +
-  // tail_blocks, ... below m. 0: every block takes rows bx, bx + gridDim.x, ... below m.
-  int64_t head_rows;
-  int64_t tail_blocks;
 };
 
 }  // namespace ropenorm::cuda

@@ -5,9 +5,7 @@
 //    then every gridDim.x * R-th row (a persistent grid); lane l owns vectors l, l + 32, ...
 //    (VPT of them) of each of its rows.
 //  - rows kernel, block path: block (T); the block owns rows blockIdx.x, blockIdx.x + gridDim.x,
-//    ...; thread t owns vectors t, t + T, ... (VPT of them). With tail blocks (a.tail_blocks > 0,
-//    core::bwd_tail_split) the first gridDim.x - tail_blocks blocks step over their own count
-//    below a.head_rows and the tail blocks over theirs from a.head_rows.
+//    ...; thread t owns vectors t, t + T, ... (VPT of them).
 //    Rows are split as in the forward (row_phase, edge_col): p leading and the tail's edge
 //    elements, one per thread 0 .. E-1, and aligned V-element vectors; the phase is taken from
 //    the input with the smaller elements (the reference; the launcher checked that every other
@@ -519,15 +517,9 @@ __global__ void __launch_bounds__(core::kBwdMaxThreads, VPT <= 2 ? 2 : 1)
   ring.ds = ring.x + x_region;
   ring.rstd = rstd_base + slice * S * nthreads;
 
-  const int64_t tail_blocks = kWarp ? 0 : a.tail_blocks;
-  const int64_t head_blocks = gridDim.x - tail_blocks;
-  const bool in_tail = blockIdx.x >= head_blocks;
-  const int64_t end = tail_blocks == 0 || in_tail ? a.m : a.head_rows;
-  const int64_t step =
-      kWarp ? static_cast<int64_t>(gridDim.x) * blockDim.y : (in_tail ? tail_blocks : head_blocks);
-  const int64_t first_row = kWarp ? static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y
-                                  : (in_tail ? a.head_rows + (blockIdx.x - head_blocks)
-                                             : static_cast<int64_t>(blockIdx.x));
+  const int64_t step = kWarp ? static_cast<int64_t>(gridDim.x) * blockDim.y : gridDim.x;
+  const int64_t first_row =
+      kWarp ? static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y : blockIdx.x;
   const int flat = threadIdx.y * blockDim.x + threadIdx.x;
   const int block_threads = blockDim.x * blockDim.y;
   float acc[VPT][V];
@@ -545,7 +537,7 @@ __global__ void __launch_bounds__(core::kBwdMaxThreads, VPT <= 2 ? 2 : 1)
 #pragma unroll
   for (int s = 0; s < S - 1; ++s) {
     const int64_t r = first_row + s * step;
-    if (r < end) bwd_issue_row<Tin, Tdy, V, VPT, S, kPlain, kDsDirect>(a, r, s, ring, edge[s]);
+    if (r < a.m) bwd_issue_row<Tin, Tdy, V, VPT, S, kPlain, kDsDirect>(a, r, s, ring, edge[s]);
     cp_async_commit();
   }
   // Weight factors. Uniform phase: a thread's columns are those of the block's first row in
@@ -554,7 +546,7 @@ __global__ void __launch_bounds__(core::kBwdMaxThreads, VPT <= 2 ? 2 : 1)
   float wf_e = 1.0f;
   if constexpr (!kSmemAcc) {
     if (has_w) {
-      const int p = bwd_row_phase<Tin, Tdy, V>(a, first_row < end ? first_row : 0);
+      const int p = bwd_row_phase<Tin, Tdy, V>(a, first_row < a.m ? first_row : 0);
       wf_e = bwd_stage_own_weights<V, VPT>(a, w_own, p, ring.tid, nthreads);
     }
   }
@@ -570,10 +562,10 @@ __global__ void __launch_bounds__(core::kBwdMaxThreads, VPT <= 2 ? 2 : 1)
   // aligned rows have none; the rstd goes through the ring so that nothing else has to wait).
   int64_t row = first_row;
 #pragma unroll 1
-  for (int it = 0; row < end; ++it) {
+  for (int it = 0; row < a.m; ++it) {
     const int s = it % S;
     const int64_t ahead = row + (S - 1) * step;
-    if (ahead < end) {
+    if (ahead < a.m) {
       bwd_issue_row<Tin, Tdy, V, VPT, S, kPlain, kDsDirect>(a, ahead, (it + S - 1) % S, ring,
                                                             edge[S - 1]);
     }
@@ -594,7 +586,7 @@ __global__ void __launch_bounds__(core::kBwdMaxThreads, VPT <= 2 ? 2 : 1)
       for (int c = flat; c < a.n; c += block_threads) part[c] = acc_tab[bwd_slot<V>(c, lanes)];
     } else {
       // Every row sits at the phase of the block's first row.
-      const int p = bwd_row_phase<Tin, Tdy, V>(a, first_row < end ? first_row : 0);
+      const int p = bwd_row_phase<Tin, Tdy, V>(a, blockIdx.x);
       const int nbody = static_cast<int>((a.n - p) / V);
       const int edges = static_cast<int>(a.n - static_cast<int64_t>(nbody) * V);
       bwd_store_partials<V, VPT>(part, false, lanes, p, nbody, edges, ring.tid, nthreads, acc,

@@ -54,17 +54,10 @@ Status launch_persistent(const char* op, Kernel kernel, const RmsNormBwdKernelAr
   const int threads = static_cast<int>(block.x * block.y);
   const int resident = blocks_per_sm(reinterpret_cast<const void*>(kernel), threads, smem);
   *grid = core::bwd_grid(a.m, a.n, p, resident, device_sm_count());
-  RmsNormBwdKernelArgs b = a;
-  if (!warp && lean == nullptr) {
-    const core::BwdTailSplit t = core::bwd_tail_split(a.m, *grid, p.tail_rounds, p.tail_chunk);
-    b.head_rows = t.head_rows;
-    b.tail_blocks = t.tail_blocks;
-    *grid += t.tail_blocks;
-  }
   const cudaError_t e =
       lean != nullptr
-          ? launch_with_pdl(lean, dim3(static_cast<unsigned>(*grid)), block, 0, s, b)
-          : launch_with_pdl(kernel, dim3(static_cast<unsigned>(*grid)), block, smem, s, b);
+          ? launch_with_pdl(lean, dim3(static_cast<unsigned>(*grid)), block, 0, s, a)
+          : launch_with_pdl(kernel, dim3(static_cast<unsigned>(*grid)), block, smem, s, a);
   return e == cudaSuccess ? Status::Ok() : launch_error(op, e);
 }
 
