@@ -387,10 +387,7 @@ __device__ __forceinline__ void bwd_consume_row(const RmsNormBwdKernelArgs& a, i
       load_pack<Tin, V>(reinterpret_cast<const Tin*>(ring.x_slot(s, k)), xv);
       bwd_weights<V, kSmemAcc, kPlain>(a, own, k, j, p + static_cast<int64_t>(j) * V, sbase, tid,
                                        nthreads, f);
-#pragma unroll
-      for (int i = 0; i < V; ++i) {
-        const float xh = xv[i] * r;
-        out[i] = rms_bwd_dx(rms_bwd_g(dyv[i], f[i]), xh, r, c);
+      rms_bwd_vector_dx<V>(dyv, xv, f, r, c, out, [&](int i, float xh) {
         if (want_dw) {
           const float t = rms_bwd_dw_term(dyv[i], xh);
           if constexpr (kSmemAcc) {
@@ -399,7 +396,7 @@ __device__ __forceinline__ void bwd_consume_row(const RmsNormBwdKernelArgs& a, i
             acc[k][i] += t;
           }
         }
-      }
+      });
       if (has_ds) {
         float dsv[V];
         if constexpr (kDsDirect) {

@@ -29,6 +29,15 @@
 
 namespace ropenorm::cuda {
 
+/// The weight factors (w + o) of a vector held as stored.
+template <typename T, int V>
+__device__ __forceinline__ void lean_bwd_factors(const RawVec<T, V>& w, float offset,
+                                                 float (&f)[V]) {
+  widen<T, V>(w, f);
+#pragma unroll
+  for (int i = 0; i < V; ++i) f[i] += offset;
+}
+
 /// Lean backward kernel for rows of T (dy, x or s, the weight, dx and dresidual all of T),
 /// 16-byte aligned, N a multiple of V, at most one leading dimension, a weight, dw wanted.
 /// kPlain: the call is plain (core::bwd_plain_call: the rstd saved, no ds, no dresidual); else
@@ -93,10 +102,10 @@ __global__ void __launch_bounds__(core::kBwdLeanMaxThreads)
         float dyv[V], xv[V], f[V];
         widen<T, V>(dy_raw[k], dyv);
         widen<T, V>(x_raw[k], xv);
-        widen<T, V>(w[k], f);
+        lean_bwd_factors<T, V>(w[k], a.w_offset, f);
 #pragma unroll
         for (int i = 0; i < V; ++i) {
-          sum_gx += rms_bwd_g(dyv[i], f[i] + a.w_offset) * xv[i];
+          sum_gx += rms_bwd_g(dyv[i], f[i]) * xv[i];
           if (recompute) sum_sq += xv[i] * xv[i];
         }
       }
@@ -114,13 +123,9 @@ __global__ void __launch_bounds__(core::kBwdLeanMaxThreads)
         float dyv[V], xv[V], f[V], out[V];
         widen<T, V>(dy_raw[k], dyv);
         widen<T, V>(x_raw[k], xv);
-        widen<T, V>(w[k], f);
-#pragma unroll
-        for (int i = 0; i < V; ++i) {
-          const float xh = xv[i] * r;
-          out[i] = rms_bwd_dx(rms_bwd_g(dyv[i], f[i] + a.w_offset), xh, r, c);
-          acc[k][i] += rms_bwd_dw_term(dyv[i], xh);
-        }
+        lean_bwd_factors<T, V>(w[k], a.w_offset, f);
+        rms_bwd_vector_dx<V>(dyv, xv, f, r, c, out,
+                             [&](int i, float xh) { acc[k][i] += rms_bwd_dw_term(dyv[i], xh); });
         if constexpr (!kPlain) {
           if (has_ds) {
             float dsv[V];
