@@ -7,11 +7,13 @@
 // + RoPE with bf16 weights and the rstd saved; the library's arguments (cuda::fill_rope_args,
 // cuda::fill_qk_norm_rope_args).
 // Ownership of the experiment kernels (the library's lean-run layout: grid (G, 1), block (8, 40),
-// 2 blocks per multiprocessor, thread row y owning head y, lane x pair vector x, the library's
-// ring, flat walk and per-token arithmetic, so the library's bits):
+// a resident grid of 2 blocks per multiprocessor (plus the tail blocks of a TailSplit), thread
+// row y owning head y, lane x pair vector x, the library's ring, flat walk and per-token
+// arithmetic, so the library's bits):
 //  - Tokens: a block computes token t_j in round j while its ring holds t_{j+1}; it claims
 //    t_{j+2} in round j (its position loaded a round ahead of its fetch, as in the library).
-//    kStatic: t_j = bx + j G (the library's order, as a check of the copy's loop); kBlock: thread
+//    kStatic: t_j = bx + j G (the library's order, as a check of the copy's loop), or with a
+//    TailSplit the resident and tail blocks' strides below their bounds (TailSplit); kBlock: thread
 //    (0, 0) takes the next token from the block's counter (atomicAdd) and hands it to the block
 //    through shared memory (two mailbox words, a block barrier per claim); kWarp: each warp claims
 //    its own tokens from its own counter (warp w of every block shares counter w: the warp's 4
@@ -29,13 +31,14 @@
 // kernels copy the cos/sin rows with the library's L2 policy (LeanRunRing::fetch_cos_sin), which
 // those timings predate. The static order also takes a split (TailSplit): the resident grid's
 // blocks take the tokens below a bound, and tail blocks past the resident grid, which the
-// hardware starts wherever a resident block has exited, take the rest in chunks of c tokens
-// (the last r rounds of the resident grid's share; "tail r x c" in the output). With "dynamic"
+// hardware starts wherever a resident block has exited, take the rest, c tokens each, spaced by
+// the tail's block count (the last r rounds of the resident grid's share; "tail r x c" in the
+// output). With "dynamic"
 // on the command line the counter orders run too. At 772e28e (lean-run-tail-772e28e-*): the same
 // bits everywhere; QK-norm + RoPE T = 65536 342.11-346.91 us with tails against 342.21-342.46
 // (library) and 343.10-343.23 (static), no gain; RoPE 404-424 against 336-337: its 64-register
-// blocks fit 3 per multiprocessor once the grid exceeds the resident 2, so some multiprocessors
-// start 3 head blocks. Not taken. Not part of the build:
+// blocks fit 3 per multiprocessor, so once the grid exceeds the resident 2 per multiprocessor
+// some multiprocessors likely start 3 head blocks (not measured). Not taken. Not part of the build:
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90,code=sm_90 -Iinclude -Isrc \
 //        bench/experiments/lean_run_dynamic.cu build/libropenorm.a -o lean_run_dynamic
 #include <cuda_runtime.h>

@@ -20,19 +20,17 @@
 // about 425 warp instructions per row per warp at 512 x 1 (ncu: 57% issue-slot use), so 4 vectors
 // per thread win at many rows, and a 2-stage ring beat a 4-stage one at every split. At 772e28e a
 // "tail" mode timed the plain call with its last rows in tail blocks past the resident grid
-// (with a split the library then took; rms-bwd-tail-772e28e-nvidia-h200.log); taken out with it.
-// Not part of the build:
+// (through a split 772e28e's library accepted, since removed;
+// rms-bwd-tail-772e28e-nvidia-h200.log); the mode was removed with it. Not part of the build:
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90,code=sm_90 -Iinclude -Isrc \
 //        bench/experiments/rms_norm_backward_rows.cu build/libropenorm.a -o rms_norm_backward_rows
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <utility>
 #include <vector>
 
 #include "backward_experiment.cuh"

@@ -1,15 +1,20 @@
 // RMSNorm forward at a few thousand rows (H200): at M = 4096 N = 4096 (bf16) the peers benchmark
 // had Liger-Kernel's kernel (one program of 8 warps per row: 256 threads of two 16-byte vectors,
-// the weight loaded with x) at 18.56 us through torch against ropenorm's 20.48, whose plan there
-// is the same split on the lean kernel (256 x 2, weight after the reduction), launched with
-// programmatic dependent launch (PDL). Question: is the difference the split, the weight's load
+// the weight loaded with x in its source; its sm_90 code issues the weight's loads between the
+// warp butterfly and the block barrier, liger-forward-sass-sm90.log) at 18.56 us through torch
+// against ropenorm's 20.48, whose plan there is the same split on the lean kernel (256 x 2,
+// weight after the reduction), launched with programmatic dependent launch (PDL). Question: is the difference the split, the weight's load
 // order, or the launch attribute? The public call against the library's lean kernel at 512 x 1,
 // 256 x 2 and 128 x 4 (4 vectors per thread: the many-rows split), without and with the early
 // weight, each launched with PDL and with a plain launch, bit for bit against the public call
 // (y and the rstd; the same chunk_sum chunks at every split). bf16 x, weight and y, contiguous
 // [M, N], rstd saved, eps 1e-6; cold-L2 CUDA-event medians (the flush a kernel before each run),
-// the copy bandwidth of the same run. Ownership as the lean kernel (rms_norm_kernels.cuh). Not
-// part of the build:
+// the copy bandwidth of the same run. Ownership as the lean kernel (rms_norm_kernels.cuh).
+// At fc9e073 (rms-fwd-mid-rows-fc9e073-*): the early weight slower everywhere. Since added, not
+// yet timed: the lean kernel with x kept as stored (kRawX), with the early weight held to 6
+// blocks of 256 threads per multiprocessor (its 48 registers otherwise leave 5), and with a
+// block's loop run once (kOneRow); registers in rms-fwd-variants-registers-sm90.log. Not part of
+// the build:
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90,code=sm_90 -Iinclude -Isrc -Ibench/experiments \
 //        bench/experiments/rms_norm_forward_mid_rows.cu build-sm90/libropenorm.a \
 //        -o rms_norm_forward_mid_rows
@@ -36,14 +41,39 @@ using Kernel = void (*)(const RmsNormKernelArgs);
 
 struct Variant {
   int vpt;
-  bool early;
+  bool early, raw;
   Kernel kernel;
+  int max_threads = core::kRowsMaxThreads;  ///< its launch bound; 6 blocks of 256 when bounded
+  bool one_row = false;                     ///< kOneRow: a block's loop runs once
 };
 
 template <int VPT>
 void add(std::vector<Variant>& out) {
-  out.push_back({VPT, false, rms_norm_lean_kernel<bf16, 8, VPT, false>});
-  out.push_back({VPT, true, rms_norm_lean_kernel<bf16, 8, VPT, true>});
+  out.push_back({VPT, false, false, rms_norm_lean_kernel<bf16, 8, VPT, false>});
+  out.push_back({VPT, true, false, rms_norm_lean_kernel<bf16, 8, VPT, true>});
+  out.push_back({VPT, false, true,
+                 rms_norm_lean_kernel<bf16, 8, VPT, false, false, core::kRowsMaxThreads, 0, true>});
+  out.push_back({VPT, true, true,
+                 rms_norm_lean_kernel<bf16, 8, VPT, true, false, core::kRowsMaxThreads, 0, true>});
+  // The early weight held to the plain form's 6 blocks of 256 threads per multiprocessor.
+  out.push_back(
+      {VPT, true, false, rms_norm_lean_kernel<bf16, 8, VPT, true, false, 256, 6, false>, 256});
+  out.push_back(
+      {VPT, true, true, rms_norm_lean_kernel<bf16, 8, VPT, true, false, 256, 6, true>, 256});
+  // One row per block with no loop state (the experiment launches a block per row), early
+  // weight, unbounded and held to 6 blocks of 256.
+  out.push_back(
+      {VPT, true, false,
+       rms_norm_lean_kernel<bf16, 8, VPT, true, false, core::kRowsMaxThreads, 0, false, true>,
+       core::kRowsMaxThreads, true});
+  out.push_back({VPT, true, false,
+                 rms_norm_lean_kernel<bf16, 8, VPT, true, false, 256, 6, false, true>, 256, true});
+}
+
+int registers(Kernel k) {
+  cudaFuncAttributes attr{};
+  CK(cudaFuncGetAttributes(&attr, k));
+  return attr.numRegs;
 }
 
 }  // namespace
@@ -68,6 +98,11 @@ int main() {
   add<1>(vars);
   add<2>(vars);
   add<4>(vars);
+  for (const Variant& v : vars) {
+    std::printf("lean x%d%s%s%s%s: %d registers\n", v.vpt, v.early ? " early" : "",
+                v.raw ? " raw x" : "", v.max_threads == 256 ? " bound 256 x 6" : "",
+                v.one_row ? " one row" : "", registers(v.kernel));
+  }
   size_t bad = 0;
   for (int64_t n : {4096, 8192}) {
     for (int64_t m : {2048, 4096, 8192}) {
@@ -96,7 +131,7 @@ int main() {
                   static_cast<long long>(m), lib_us, 100 * bytes / lib_us / 1e3 / copy);
       for (const Variant& v : vars) {
         const int threads = static_cast<int>(n / 8 / v.vpt);
-        if (threads > 512 || threads < 64) continue;
+        if (threads > v.max_threads || threads < 64) continue;
         for (bool pdl : {true, false}) {
           auto launch = [&] {
             if (pdl) {
@@ -112,10 +147,12 @@ int main() {
           bad += nd;
           const float us = time_med(launch, true, 31);
           std::printf(
-              "N=%5lld M=%5lld lean %3dx%d%s %-5s %8.2f us %5.1f%% copy %6.3fx lib  %zu differ\n",
+              "N=%5lld M=%5lld lean %3dx%d%s%s%s%s %-5s %8.2f us %5.1f%% copy %6.3fx lib  %zu "
+              "differ\n",
               static_cast<long long>(n), static_cast<long long>(m), threads, v.vpt,
-              v.early ? " early" : "      ", pdl ? "pdl" : "plain", us,
-              100 * bytes / us / 1e3 / copy, us / lib_us, nd);
+              v.early ? " early" : "      ", v.raw ? " raw" : "    ",
+              v.max_threads == 256 ? " b6" : "   ", v.one_row ? " 1r" : "   ",
+              pdl ? "pdl" : "plain", us, 100 * bytes / us / 1e3 / copy, us / lib_us, nd);
         }
       }
     }

@@ -660,7 +660,9 @@ __global__ void __launch_bounds__(core::kBwdTwoPassThreads)
     float r, c;
     bwd_row_scalars<false>(a, sum_gx, sum_sq, recompute ? 0.0f : a.rstd[row], scratch, &r, &c);
 
-    // Pass two re-reads this thread's own elements.
+    // Pass two re-reads this thread's own elements (the weight per element from global memory,
+    // in the element's own expression: not rms_bwd_vector_dx, whose form changed this kernel's
+    // machine code).
     for (int64_t j = tid; j < nbody; j += blockDim.x) {
       const int64_t col = p + j * V;
       float dyv[V], xv[V], out[V];

@@ -29,6 +29,7 @@ ROPENORM_MATH_HD float rms_bwd_dx(float g, float xh, float rstd, float c) {
 /// One row's contribution to dw at a column: dy * xh.
 ROPENORM_MATH_HD float rms_bwd_dw_term(float dy, float xh) { return dy * xh; }
 
+#if defined(__CUDACC__)
 /// A vector's dx before its rounding from the row's r and mean term c, element by element:
 /// out[i] = r * (g - xh * c) with xh = x * r and g = dy * f, then dw(i, xh) (the caller adds
 /// rms_bwd_dw_term(dy[i], xh) where it keeps its partials).
@@ -43,5 +44,6 @@ __device__ __forceinline__ void rms_bwd_vector_dx(const float (&dy)[V], const fl
     dw(i, xh);
   }
 }
+#endif
 
 }  // namespace ropenorm::cuda
