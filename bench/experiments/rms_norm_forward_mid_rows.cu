@@ -3,18 +3,21 @@
 // the weight loaded with x in its source; its sm_90 code issues the weight's loads between the
 // warp butterfly and the block barrier, liger-forward-sass-sm90.log) at 18.56 us through torch
 // against ropenorm's 20.48, whose plan there is the same split on the lean kernel (256 x 2,
-// weight after the reduction), launched with programmatic dependent launch (PDL). Question: is the difference the split, the weight's load
-// order, or the launch attribute? The public call against the library's lean kernel at 512 x 1,
-// 256 x 2 and 128 x 4 (4 vectors per thread: the many-rows split), without and with the early
-// weight, each launched with PDL and with a plain launch, bit for bit against the public call
-// (y and the rstd; the same chunk_sum chunks at every split). bf16 x, weight and y, contiguous
-// [M, N], rstd saved, eps 1e-6; cold-L2 CUDA-event medians (the flush a kernel before each run),
-// the copy bandwidth of the same run. Ownership as the lean kernel (rms_norm_kernels.cuh).
-// At fc9e073 (rms-fwd-mid-rows-fc9e073-*): the early weight slower everywhere. Since added, not
-// yet timed: the lean kernel with x kept as stored (kRawX), with the early weight held to 6
-// blocks of 256 threads per multiprocessor (its 48 registers otherwise leave 5), and with a
-// block's loop run once (kOneRow); registers in rms-fwd-variants-registers-sm90.log. Not part of
-// the build:
+// weight after the reduction), launched with programmatic dependent launch (PDL). Question: is the
+// difference the split, the weight's load order, or the launch attribute? The public call against
+// the library's lean kernel at 512 x 1, 256 x 2 and 128 x 4 (4 vectors per thread: the many-rows
+// split), without and with the early weight, each launched with PDL and with a plain launch, bit
+// for bit against the public call (y and the rstd; the same chunk_sum chunks at every split). bf16
+// x, weight and y, contiguous [M, N], rstd saved, eps 1e-6; cold-L2 CUDA-event medians (the flush a
+// kernel before each run), the copy bandwidth of the same run. Ownership as the lean kernel
+// (rms_norm_kernels.cuh). At fc9e073 (rms-fwd-mid-rows-fc9e073-*): the early weight slower
+// everywhere. At 769e73a (rms-fwd-mid-rows-variants-769e73a-*), with the early weight also held to
+// 6 blocks of 256 threads per multiprocessor (its 48 registers otherwise leave 5) and two variants
+// of the lean kernel then built for it (x kept as stored, kRawX; a block's loop run once, kOneRow):
+// 0 values differing, the bounded early weight slower still (M = 4096 N = 4096 23.46 us against the
+// library's 19.90 and 256 x 2's 19.33; spills at 4 vectors per thread, 78.08), x kept as stored
+// within 0.4% of the plain form (19.26), the loop run once no help; the two variants were taken out
+// again. Not part of the build:
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90,code=sm_90 -Iinclude -Isrc -Ibench/experiments \
 //        bench/experiments/rms_norm_forward_mid_rows.cu build-sm90/libropenorm.a \
 //        -o rms_norm_forward_mid_rows
@@ -41,33 +44,17 @@ using Kernel = void (*)(const RmsNormKernelArgs);
 
 struct Variant {
   int vpt;
-  bool early, raw;
+  bool early;
   Kernel kernel;
   int max_threads = core::kRowsMaxThreads;  ///< its launch bound; 6 blocks of 256 when bounded
-  bool one_row = false;                     ///< kOneRow: a block's loop runs once
 };
 
 template <int VPT>
 void add(std::vector<Variant>& out) {
-  out.push_back({VPT, false, false, rms_norm_lean_kernel<bf16, 8, VPT, false>});
-  out.push_back({VPT, true, false, rms_norm_lean_kernel<bf16, 8, VPT, true>});
-  out.push_back({VPT, false, true,
-                 rms_norm_lean_kernel<bf16, 8, VPT, false, false, core::kRowsMaxThreads, 0, true>});
-  out.push_back({VPT, true, true,
-                 rms_norm_lean_kernel<bf16, 8, VPT, true, false, core::kRowsMaxThreads, 0, true>});
+  out.push_back({VPT, false, rms_norm_lean_kernel<bf16, 8, VPT, false>});
+  out.push_back({VPT, true, rms_norm_lean_kernel<bf16, 8, VPT, true>});
   // The early weight held to the plain form's 6 blocks of 256 threads per multiprocessor.
-  out.push_back(
-      {VPT, true, false, rms_norm_lean_kernel<bf16, 8, VPT, true, false, 256, 6, false>, 256});
-  out.push_back(
-      {VPT, true, true, rms_norm_lean_kernel<bf16, 8, VPT, true, false, 256, 6, true>, 256});
-  // One row per block with no loop state (the experiment launches a block per row), early
-  // weight, unbounded and held to 6 blocks of 256.
-  out.push_back(
-      {VPT, true, false,
-       rms_norm_lean_kernel<bf16, 8, VPT, true, false, core::kRowsMaxThreads, 0, false, true>,
-       core::kRowsMaxThreads, true});
-  out.push_back({VPT, true, false,
-                 rms_norm_lean_kernel<bf16, 8, VPT, true, false, 256, 6, false, true>, 256, true});
+  out.push_back({VPT, true, rms_norm_lean_kernel<bf16, 8, VPT, true, false, 256, 6>, 256});
 }
 
 int registers(Kernel k) {
@@ -99,9 +86,8 @@ int main() {
   add<2>(vars);
   add<4>(vars);
   for (const Variant& v : vars) {
-    std::printf("lean x%d%s%s%s%s: %d registers\n", v.vpt, v.early ? " early" : "",
-                v.raw ? " raw x" : "", v.max_threads == 256 ? " bound 256 x 6" : "",
-                v.one_row ? " one row" : "", registers(v.kernel));
+    std::printf("lean x%d%s%s: %d registers\n", v.vpt, v.early ? " early" : "",
+                v.max_threads == 256 ? " bound 256 x 6" : "", registers(v.kernel));
   }
   size_t bad = 0;
   for (int64_t n : {4096, 8192}) {
@@ -147,11 +133,10 @@ int main() {
           bad += nd;
           const float us = time_med(launch, true, 31);
           std::printf(
-              "N=%5lld M=%5lld lean %3dx%d%s%s%s%s %-5s %8.2f us %5.1f%% copy %6.3fx lib  %zu "
+              "N=%5lld M=%5lld lean %3dx%d%s%s %-5s %8.2f us %5.1f%% copy %6.3fx lib  %zu "
               "differ\n",
               static_cast<long long>(n), static_cast<long long>(m), threads, v.vpt,
-              v.early ? " early" : "      ", v.raw ? " raw" : "    ",
-              v.max_threads == 256 ? " b6" : "   ", v.one_row ? " 1r" : "   ",
+              v.early ? " early" : "      ", v.max_threads == 256 ? " b6" : "   ",
               pdl ? "pdl" : "plain", us, 100 * bytes / us / 1e3 / copy, us / lib_us, nd);
         }
       }

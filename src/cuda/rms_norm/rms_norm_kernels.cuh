@@ -422,16 +422,11 @@ __global__ void __launch_bounds__(core::kRowsMaxThreads)
 /// the reduction, instead of after it: the same bits, one dependent memory round trip less per
 /// row, VPT * V / 2 more registers. Launched with at most kMaxThreads threads; kMinBlocks > 0
 /// blocks of kMaxThreads per multiprocessor bound its registers (__launch_bounds__; 0: no bound
-/// beyond kMaxThreads's). kRawX (not fused): x's vectors are kept as stored (16 bits each) and
-/// widened where used, twice, instead of once at the load: the same bits, VPT * V / 2 fewer
-/// registers. kOneRow: launched with a block per row (grid = M), so a block's loop runs once and
-/// keeps no state from row to row.
+/// beyond kMaxThreads's).
 template <typename Tx, int V, int VPT, bool kEarlyWeight = false, bool kFused = false,
-          int kMaxThreads = core::kRowsMaxThreads, int kMinBlocks = 0, bool kRawX = false,
-          bool kOneRow = false>
+          int kMaxThreads = core::kRowsMaxThreads, int kMinBlocks = 0>
 __global__ void __launch_bounds__(kMaxThreads, kMinBlocks)
     rms_norm_lean_kernel(const RmsNormKernelArgs a) {
-  static_assert(!kRawX || !kFused, "the fused add keeps s widened");
   __shared__ float scratch[VPT * kMaxThreads / 32];
   const int tid = threadIdx.x;
   const int nthreads = blockDim.x;
@@ -445,17 +440,14 @@ __global__ void __launch_bounds__(kMaxThreads, kMinBlocks)
   griddep_launch_dependents();
   for (int64_t row = blockIdx.x; row < a.m; row += gridDim.x) {
     const Tx* x = static_cast<const Tx*>(a.x) + row * x_stride;
-    float v[kRawX ? 1 : VPT][V];
-    RawVec<Tx, V> x_raw[kRawX ? VPT : 1];
+    float v[VPT][V];
     float rv[kFused ? VPT : 1][V];
     float part[VPT];
     RawVec<Tx, V> w_raw[kEarlyWeight ? VPT : 1];
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
       const int j = tid + k * nthreads;
-      if constexpr (kRawX) {
-        if (j < nvec) load_raw<Tx, V>(x + static_cast<int64_t>(j) * V, x_raw[k]);
-      } else if (j < nvec) {
+      if (j < nvec) {
         load_pack<Tx, V>(x + static_cast<int64_t>(j) * V, v[k]);
         if constexpr (kFused) {
           load_pack<Tx, V>(
@@ -488,17 +480,8 @@ __global__ void __launch_bounds__(kMaxThreads, kMinBlocks)
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
       part[k] = 0.0f;
-      if constexpr (kRawX) {
-        if (tid + k * nthreads < nvec) {
-          float t[V];
-          widen<Tx, V>(x_raw[k], t);
 #pragma unroll
-          for (int i = 0; i < V; ++i) part[k] += t[i] * t[i];
-        }
-      } else {
-#pragma unroll
-        for (int i = 0; i < V; ++i) part[k] += v[k][i] * v[k][i];
-      }
+      for (int i = 0; i < V; ++i) part[k] += v[k][i] * v[k][i];
     }
     const float rstd = rms_rstd(chunk_sum<VPT, kMaxThreads>(part, scratch), a.n, a.eps);
     if (a.rstd != nullptr && tid == 0) a.rstd[row] = rstd;
@@ -513,14 +496,11 @@ __global__ void __launch_bounds__(kMaxThreads, kMinBlocks)
         } else {
           load_pack<Tx, V>(w + static_cast<int64_t>(j) * V, wf);
         }
-        float(&out)[V] = v[kRawX ? 0 : k];
-        if constexpr (kRawX) widen<Tx, V>(x_raw[k], out);
 #pragma unroll
-        for (int i = 0; i < V; ++i) out[i] = rms_apply_exact(out[i], rstd, wf[i] + a.w_offset);
-        store_pack<Tx, V>(y + static_cast<int64_t>(j) * V, out);
+        for (int i = 0; i < V; ++i) v[k][i] = rms_apply_exact(v[k][i], rstd, wf[i] + a.w_offset);
+        store_pack<Tx, V>(y + static_cast<int64_t>(j) * V, v[k]);
       }
     }
-    if constexpr (kOneRow) break;
   }
 }
 
