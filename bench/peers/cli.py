@@ -212,12 +212,12 @@ class Runner:
         row = {"op": op.name, "impl": impl.name, "dtype": "bf16", "shape": dict(shape),
                "pass": pass_, "bytes": op.bytes(shape, pass_), "skipped": False,
                "passed": False, "timing": ""}
-        notes = [impl.note(op.name)]
+        notes = [impl.note(op.name, pass_)]
         if fwd is None:
             return _skipped(row, notes, missing)
         try:
-            fn, outs, first = self._first_call(op, fwd, inputs, seeds, pass_, expected)
-            notes[0] = impl.note(op.name)
+            fn, outs, first = self._first_call(impl, op, fwd, inputs, seeds, pass_, expected)
+            notes[0] = impl.note(op.name, pass_)
             self._check(row, notes, outs, expected)
             del outs
             if impl.name == "torch_compile":
@@ -240,14 +240,17 @@ class Runner:
 
     # ---- pieces ---------------------------------------------------------------------------
 
-    def _first_call(self, op, fwd, inputs, seeds, pass_, expected):
-        """The checked call on fresh copies of the inputs: (callable, outputs, seconds). A
-        torch_compile op whose dynamic compilation failed is called once more (static)."""
-        from bench.peers.impls import RetryStatic
-
+    def _first_call(self, impl, op, fwd, inputs, seeds, pass_, expected):
+        """The checked call on fresh copies of the inputs: (callable, outputs, seconds). When
+        it raises and the implementation changes how it runs the op (``Impl.retry_after``:
+        torch_compile giving up a failed dynamic compilation), it is made once more."""
         try:
             return self._call_once(op, fwd, inputs, seeds, pass_, expected)
-        except RetryStatic:
+        except NotImplementedError:
+            raise
+        except Exception as exc:
+            if not impl.retry_after(op.name, pass_, exc):
+                raise
             return self._call_once(op, fwd, inputs, seeds, pass_, expected)
 
     def _call_once(self, op, fwd, inputs, seeds, pass_, expected):

@@ -12,13 +12,16 @@ one gradient seed serve all of them:
   marked dynamic (unbacked, so 1 is no special case) and every other size static: one
   compilation per op, pass and width serves every token count. The benchmark runs a width's
   shapes largest first, so the compilation and Inductor's first-call autotuning see the large
-  shape; compile time stays out of the timings. Should the dynamic compilation fail, the op
-  falls back to one static compilation per shape (said in the row's note).
+  shape; compile time stays out of the timings. Should the dynamic compilation fail, forward
+  or backward (Inductor compiles the backward at the first backward call), that op and pass
+  fall back to one static compilation per shape (said in the row's note).
 - ``liger``: Liger-Kernel's autograd Functions (``LigerRMSNormFunction``,
   ``LigerFusedAddRMSNormFunction`` and ``LigerRopeFunction``; casting mode "llama", Hugging
   Face's rounding), given Hugging Face's per-token cos/sin as its HF integration is.
 - ``flashinfer``: ``flashinfer.norm.rmsnorm``, ``fused_add_rmsnorm`` (in place) and
-  ``flashinfer.rope.apply_rope_with_cos_sin_cache_inplace``; no autograd.
+  ``flashinfer.rope.apply_rope_with_cos_sin_cache_inplace``; no autograd. Its norms' rows
+  say whether they ran FlashInfer's CUDA or its CuTe DSL kernels (the latter where
+  nvidia-cutlass-dsl is installed).
 
 The peers are imported here, guarded: a missing one is reported with the reason and its rows
 are left out. Nothing of theirs is copied into this repository.
@@ -27,6 +30,7 @@ are left out. Nothing of theirs is copied into this repository.
 from __future__ import annotations
 
 import importlib.metadata
+import sys
 from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
@@ -72,8 +76,14 @@ class Impl:
             return self._fwd[op_name], None
         return None, self._missing.get(op_name)
 
-    def note(self, op_name: str) -> str:
+    def note(self, op_name: str, pass_: str = "fwd") -> str:
         return self._notes.get(op_name, "")
+
+    def retry_after(self, op_name: str, pass_: str, exc: BaseException) -> bool:
+        """Called when the checked first call of ``op_name`` in ``pass_`` raised ``exc``: True
+        when this implementation changed how it runs that op and pass and the call should be
+        made once more on fresh inputs."""
+        return False
 
     def start_group(self, group: Tuple) -> None:
         """Called when the benchmark moves to another op or width."""
@@ -177,43 +187,39 @@ class TorchCompile(Impl):
                                                                                 s, EPS),
         }
         self._compiled = {op: torch.compile(fn) for op, fn in self._eager.items()}
-        self._static: Dict[str, str] = {}  # op -> why the dynamic compilation was given up
+        # (op, pass) -> why the dynamic compilation was given up for it
+        self._static: Dict[Tuple[str, str], str] = {}
         for op in self._eager:
             self._fwd[op] = self._wrap(op)
 
-    def note(self, op_name):
-        if op_name in self._static:
+    def note(self, op_name, pass_="fwd"):
+        why = self._static.get((op_name, pass_))
+        if why is not None:
             return ("torch.compile mode default, static per shape (dynamic compilation failed: "
-                    f"{self._static[op_name]})")
+                    f"{why})")
         return "torch.compile mode default, token dim dynamic (unbacked)"
+
+    def retry_after(self, op_name, pass_, exc):
+        if op_name not in self._eager or (op_name, pass_) in self._static:
+            return False
+        self._static[(op_name, pass_)] = _error_line(exc)
+        torch._dynamo.reset()
+        return True
 
     def _wrap(self, op: str) -> Forward:
         names, dynamic = self._ARGS[op]
 
         def call(i):
-            args = [i[n] for n in names]
-            if op in self._static:
-                return tuple(self._compiled[op](*args))
-            for n in dynamic:
-                _mark_unbacked(i[n])
-            try:
-                return tuple(self._compiled[op](*args))
-            except NotImplementedError:
-                raise
-            except Exception as exc:  # give up on the dynamic form for this op
-                self._static[op] = _error_line(exc)
-                torch._dynamo.reset()
-                raise RetryStatic(op) from exc
+            pass_ = "fwd_bwd" if torch.is_grad_enabled() else "fwd"
+            if (op, pass_) not in self._static:
+                for n in dynamic:
+                    _mark_unbacked(i[n])
+            return tuple(self._compiled[op](*[i[n] for n in names]))
 
         return call
 
     def start_group(self, group):
         torch._dynamo.reset()
-
-
-class RetryStatic(RuntimeError):
-    """Raised once when an op's dynamic compilation failed: the caller makes fresh (unmarked)
-    inputs and calls again, which compiles the shape statically."""
 
 
 def _mark_unbacked(t: torch.Tensor) -> None:
@@ -273,6 +279,10 @@ class FlashInfer(Impl):
             self.unavailable = f"flashinfer is not importable ({_error_line(exc)})"
             return
         self.version = getattr(flashinfer, "__version__", "")
+        # FlashInfer's norms run its CuTe DSL kernels where nvidia-cutlass-dsl is installed and
+        # its CUDA kernels otherwise (or with FLASHINFER_USE_CUDA_NORM=1): the note says which.
+        cuda_norm = getattr(sys.modules.get("flashinfer.norm"), "_USE_CUDA_NORM", None)
+        norms = {True: "CUDA norm kernels", False: "CuTe DSL norm kernels"}.get(cuda_norm, "")
 
         def add(i):
             fused_add_rmsnorm(i["x"], i["residual"], i["w"], EPS)  # residual += x; x = norm
@@ -292,9 +302,15 @@ class FlashInfer(Impl):
         self._fwd["rope"] = lambda i: rotate(i["q"], i["k"], i)
         self._fwd["qk_norm_rope"] = lambda i: rotate(norm_heads(i["q"], i["q_weight"]),
                                                      norm_heads(i["k"], i["k_weight"]), i)
-        self._notes["add_rms_norm"] = "in place (residual += x; x = y)"
+        self._notes["rms_norm"] = norms
+        self._notes["add_rms_norm"] = _joined("in place (residual += x; x = y)", norms)
         self._notes["rope"] = "in place; cos/sin cache f32 [P, D] + int64 positions"
-        self._notes["qk_norm_rope"] = "rmsnorm per head + rope in place (3 launches)"
+        self._notes["qk_norm_rope"] = _joined("rmsnorm per head + rope in place (3 launches)",
+                                              norms)
+
+
+def _joined(*parts: str) -> str:
+    return "; ".join(p for p in parts if p)
 
 
 def _dist_version(*names: str) -> str:

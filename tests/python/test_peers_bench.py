@@ -312,3 +312,65 @@ def test_cpu_dry_run_writes_checked_receipts(tmp_path):
     header = json.loads(Path(stem + ".json").read_text())
     assert receipt.check_receipts({k: v for k, v in header.items() if k != "results"}, rows,
                                   stem) == len(rows)
+
+
+def test_torch_compile_gives_up_the_dynamic_form_per_op_and_pass():
+    pytest.importorskip("torch")
+    from bench.peers.impls import TorchCompile
+
+    tc = TorchCompile()
+    assert "unbacked" in tc.note("rms_norm", "fwd_bwd")
+    assert tc.retry_after("rms_norm", "fwd_bwd", RuntimeError("no size hint"))
+    assert "static per shape" in tc.note("rms_norm", "fwd_bwd")
+    assert "no size hint" in tc.note("rms_norm", "fwd_bwd")
+    assert "unbacked" in tc.note("rms_norm", "fwd") and "unbacked" in tc.note("rope", "fwd_bwd")
+    assert not tc.retry_after("rms_norm", "fwd_bwd", RuntimeError("again"))  # once only
+
+
+def test_a_backward_that_fails_once_is_retried_and_timed(tmp_path, monkeypatch):
+    """A peer whose first backward raises (as torch.compile's dynamic backward compilation
+    does) and that asks for a retry gets a timed, checked row; one that does not is a SKIP."""
+    torch = pytest.importorskip("torch")
+    from bench.peers import impls
+    from bench.peers.cli import main
+
+    class FailOnce(torch.autograd.Function):
+        armed = True
+
+        @staticmethod
+        def forward(ctx, t):
+            return t.clone()
+
+        @staticmethod
+        def backward(ctx, g):
+            if FailOnce.armed:
+                raise RuntimeError("backward compilation failed")
+            return g
+
+    class Flaky(impls.TorchEager):
+        def __init__(self, retry):
+            super().__init__()
+            self.retry = retry
+            eager = self._fwd["rms_norm"]
+            self._fwd = {"rms_norm": lambda i: tuple(FailOnce.apply(o) for o in eager(i))}
+
+        def retry_after(self, op_name, pass_, exc):
+            if not self.retry or not FailOnce.armed:
+                return False
+            FailOnce.armed = False
+            return True
+
+    for retry in (True, False):
+        FailOnce.armed = True
+        monkeypatch.setattr(impls, "load", lambda names, retry=retry: [Flaky(retry)])
+        out = tmp_path / str(retry)
+        assert main(["--dry-run-cpu", "--out-dir", str(out), "--no-plot", "--ops", "rms_norm",
+                     "--passes", "fwd_bwd", "--impls", "torch_eager"]) == 0
+        rows = receipt.read_rows(str(out / "peers-cpu-dry-run"))
+        assert rows
+        if retry:
+            assert all(not r["skipped"] and r["median_us"] > 0 for r in rows)
+            assert not FailOnce.armed
+        else:
+            assert all(r["skipped"] and "backward compilation failed" in r["note"]
+                       for r in rows)
