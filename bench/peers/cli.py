@@ -225,6 +225,7 @@ class Runner:
         except NotImplementedError as exc:
             return _skipped(row, notes, f"not implemented: {_error_line(exc)}")
         except Exception as exc:
+            notes[0] = impl.note(op.name, pass_)  # the form that failed last
             return self._failed(row, notes, "failed", exc)
         try:
             t = self._time(op, shape, fn, notes)
@@ -251,7 +252,9 @@ class Runner:
         except Exception as exc:
             if not impl.retry_after(op.name, pass_, exc):
                 raise
-            return self._call_once(op, fwd, inputs, seeds, pass_, expected)
+        # Out of the handler, so the failed attempt's inputs and graph are freed first.
+        self._recover()
+        return self._call_once(op, fwd, inputs, seeds, pass_, expected)
 
     def _call_once(self, op, fwd, inputs, seeds, pass_, expected):
         fn = self._callable(op, fwd, inputs, seeds, pass_)

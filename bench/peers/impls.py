@@ -12,9 +12,10 @@ one gradient seed serve all of them:
   marked dynamic (unbacked, so 1 is no special case) and every other size static: one
   compilation per op, pass and width serves every token count. The benchmark runs a width's
   shapes largest first, so the compilation and Inductor's first-call autotuning see the large
-  shape; compile time stays out of the timings. Should the dynamic compilation fail, forward
-  or backward (Inductor compiles the backward at the first backward call), that op and pass
-  fall back to one static compilation per shape (said in the row's note).
+  shape; compile time stays out of the timings. Should the dynamic compilation fail (a Dynamo
+  or Inductor error, forward or backward: Inductor compiles the backward at the first backward
+  call), that op and pass fall back to one static compilation per shape, of a copy of the
+  function so the other pass keeps its dynamic one (said in the row's note).
 - ``liger``: Liger-Kernel's autograd Functions (``LigerRMSNormFunction``,
   ``LigerFusedAddRMSNormFunction`` and ``LigerRopeFunction``; casting mode "llama", Hugging
   Face's rounding), given Hugging Face's per-token cos/sin as its HF integration is.
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import sys
+import types
 from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
@@ -187,23 +189,28 @@ class TorchCompile(Impl):
                                                                                 s, EPS),
         }
         self._compiled = {op: torch.compile(fn) for op, fn in self._eager.items()}
-        # (op, pass) -> why the dynamic compilation was given up for it
-        self._static: Dict[Tuple[str, str], str] = {}
+        # (op, pass) -> why the dynamic compilation was given up, and the static compilation
+        self._static: Dict[Tuple[str, str], Tuple[str, Callable]] = {}
         for op in self._eager:
             self._fwd[op] = self._wrap(op)
 
     def note(self, op_name, pass_="fwd"):
-        why = self._static.get((op_name, pass_))
-        if why is not None:
+        given_up = self._static.get((op_name, pass_))
+        if given_up is not None:
             return ("torch.compile mode default, static per shape (dynamic compilation failed: "
-                    f"{why})")
+                    f"{given_up[0]})")
         return "torch.compile mode default, token dim dynamic (unbacked)"
 
     def retry_after(self, op_name, pass_, exc):
-        if op_name not in self._eager or (op_name, pass_) in self._static:
+        from torch._dynamo.exc import TorchDynamoException  # InductorError is one
+
+        if (op_name not in self._eager or (op_name, pass_) in self._static
+                or not isinstance(exc, TorchDynamoException)):
             return False
-        self._static[(op_name, pass_)] = _error_line(exc)
-        torch._dynamo.reset()
+        # Compiled from a copy of the function's code: Dynamo keeps compilations per code object,
+        # so the failed one is not reused and the op's other pass keeps its dynamic compilation.
+        static = torch.compile(_own_code(self._eager[op_name]), dynamic=False)
+        self._static[(op_name, pass_)] = (_error_line(exc), static)
         return True
 
     def _wrap(self, op: str) -> Forward:
@@ -211,15 +218,24 @@ class TorchCompile(Impl):
 
         def call(i):
             pass_ = "fwd_bwd" if torch.is_grad_enabled() else "fwd"
-            if (op, pass_) not in self._static:
-                for n in dynamic:
-                    _mark_unbacked(i[n])
-            return tuple(self._compiled[op](*[i[n] for n in names]))
+            given_up = self._static.get((op, pass_))
+            args = [i[n] for n in names]
+            if given_up is not None:
+                return tuple(given_up[1](*args))
+            for n in dynamic:
+                _mark_unbacked(i[n])
+            return tuple(self._compiled[op](*args))
 
         return call
 
     def start_group(self, group):
         torch._dynamo.reset()
+
+
+def _own_code(fn: Callable) -> Callable:
+    """fn with a copy of its code object (the same globals, defaults and closure)."""
+    return types.FunctionType(fn.__code__.replace(), fn.__globals__, fn.__name__, fn.__defaults__,
+                              fn.__closure__)
 
 
 def _mark_unbacked(t: torch.Tensor) -> None:
@@ -279,10 +295,8 @@ class FlashInfer(Impl):
             self.unavailable = f"flashinfer is not importable ({_error_line(exc)})"
             return
         self.version = getattr(flashinfer, "__version__", "")
-        # FlashInfer's norms run its CuTe DSL kernels where nvidia-cutlass-dsl is installed and
-        # its CUDA kernels otherwise (or with FLASHINFER_USE_CUDA_NORM=1): the note says which.
-        cuda_norm = getattr(sys.modules.get("flashinfer.norm"), "_USE_CUDA_NORM", None)
-        norms = {True: "CUDA norm kernels", False: "CuTe DSL norm kernels"}.get(cuda_norm, "")
+        norms = {True: "CUDA norm kernels", False: "CuTe DSL norm kernels"}.get(
+            _flashinfer_cuda_norm(), "")
 
         def add(i):
             fused_add_rmsnorm(i["x"], i["residual"], i["w"], EPS)  # residual += x; x = norm
@@ -307,6 +321,21 @@ class FlashInfer(Impl):
         self._notes["rope"] = "in place; cos/sin cache f32 [P, D] + int64 positions"
         self._notes["qk_norm_rope"] = _joined("rmsnorm per head + rope in place (3 launches)",
                                               norms)
+
+
+def _flashinfer_cuda_norm() -> Optional[bool]:
+    """Whether FlashInfer's norms run its CUDA kernels (True) or its CuTe DSL ones (False, where
+    nvidia-cutlass-dsl is installed and targets the device), as FlashInfer decides it; None for
+    a FlashInfer that has only the CUDA ones."""
+    norm = sys.modules.get("flashinfer.norm")
+    decided = getattr(norm, "_USE_CUDA_NORM", None)
+    per_device = getattr(norm, "_use_cuda_norm", None)
+    if per_device is not None and torch.cuda.is_available():
+        try:
+            decided = bool(per_device(torch.device("cuda")))
+        except Exception:  # the probe is FlashInfer's private helper: keep the module's flag
+            pass
+    return decided
 
 
 def _joined(*parts: str) -> str:

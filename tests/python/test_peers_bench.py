@@ -314,22 +314,67 @@ def test_cpu_dry_run_writes_checked_receipts(tmp_path):
                                   stem) == len(rows)
 
 
-def test_torch_compile_gives_up_the_dynamic_form_per_op_and_pass():
-    pytest.importorskip("torch")
-    from bench.peers.impls import TorchCompile
+def test_torch_compile_gives_up_the_dynamic_form_per_op_and_pass(monkeypatch):
+    """torch_compile's two forms without compiling anything (torch.compile and the unbacked mark
+    recorded): each pass starts dynamic with the token dim marked; a Dynamo error in one pass
+    moves that op and pass, and only it, to a static compilation of a copy of the function."""
+    torch = pytest.importorskip("torch")
+    import torch._dynamo
+    from torch._dynamo.exc import TorchDynamoException
 
-    tc = TorchCompile()
+    from bench.peers import impls
+
+    cfg = torch._dynamo.config
+    for key in ("automatic_dynamic_shapes", "recompile_limit", "cache_size_limit",
+                "accumulated_recompile_limit"):
+        if hasattr(cfg, key):  # TorchCompile sets them: restored after the test
+            monkeypatch.setattr(cfg, key, getattr(cfg, key))
+    compiled, calls, marked = [], [], []
+
+    def fake_compile(fn, **kw):
+        tag = len(compiled)
+        compiled.append((fn, kw))
+
+        def run(*args):
+            calls.append((tag, torch.is_grad_enabled()))
+            return fn(*args)
+        return run
+
+    monkeypatch.setattr(torch, "compile", fake_compile)
+    monkeypatch.setattr(torch._dynamo.decorators, "mark_unbacked",
+                        lambda t, dim, **kw: marked.append(id(t)))
+    tc = impls.TorchCompile()
+    dynamic = {fn: tag for tag, (fn, _) in enumerate(compiled)}[tc._eager["rms_norm"]]
+
+    def call(grad):
+        calls.clear()
+        marked.clear()
+        i = {"x": torch.randn(4, 8), "w": torch.ones(8)}
+        with torch.set_grad_enabled(grad):
+            tc._fwd["rms_norm"](i)
+        assert calls[-1][1] == grad
+        return calls[-1][0], id(i["x"]) in marked
+
+    assert call(False) == (dynamic, True) and call(True) == (dynamic, True)
+    assert not tc.retry_after("rms_norm", "fwd_bwd", RuntimeError("out of memory"))
     assert "unbacked" in tc.note("rms_norm", "fwd_bwd")
-    assert tc.retry_after("rms_norm", "fwd_bwd", RuntimeError("no size hint"))
+    assert tc.retry_after("rms_norm", "fwd_bwd", TorchDynamoException("no size hint"))
+    static_fn, kw = compiled[-1]
+    assert kw == {"dynamic": False}
+    assert static_fn is not tc._eager["rms_norm"]
+    assert static_fn.__code__ is not tc._eager["rms_norm"].__code__
+    assert call(True) == (len(compiled) - 1, False)  # static, nothing marked
+    assert call(False) == (dynamic, True)  # the forward pass keeps its dynamic form
     assert "static per shape" in tc.note("rms_norm", "fwd_bwd")
     assert "no size hint" in tc.note("rms_norm", "fwd_bwd")
     assert "unbacked" in tc.note("rms_norm", "fwd") and "unbacked" in tc.note("rope", "fwd_bwd")
-    assert not tc.retry_after("rms_norm", "fwd_bwd", RuntimeError("again"))  # once only
+    assert not tc.retry_after("rms_norm", "fwd_bwd", TorchDynamoException("again"))  # once only
 
 
 def test_a_backward_that_fails_once_is_retried_and_timed(tmp_path, monkeypatch):
     """A peer whose first backward raises (as torch.compile's dynamic backward compilation
-    does) and that asks for a retry gets a timed, checked row; one that does not is a SKIP."""
+    does) and that asks for a retry gets a timed, checked row with the note of the form that
+    ran; one that does not is a SKIP with the error. The forward pass is never retried."""
     torch = pytest.importorskip("torch")
     from bench.peers import impls
     from bench.peers.cli import main
@@ -348,29 +393,44 @@ def test_a_backward_that_fails_once_is_retried_and_timed(tmp_path, monkeypatch):
             return g
 
     class Flaky(impls.TorchEager):
-        def __init__(self, retry):
+        def __init__(self, mode):
             super().__init__()
-            self.retry = retry
+            self.mode = mode  # "retry", "no retry" or "retry fails too"
+            self.asked = []
+            self.retried = False
             eager = self._fwd["rms_norm"]
             self._fwd = {"rms_norm": lambda i: tuple(FailOnce.apply(o) for o in eager(i))}
 
+        def note(self, op_name, pass_="fwd"):
+            return f"{pass_} {'retried' if self.retried else 'first form'}"
+
         def retry_after(self, op_name, pass_, exc):
-            if not self.retry or not FailOnce.armed:
+            self.asked.append((op_name, pass_, str(exc)))
+            if self.mode == "no retry" or self.retried:
                 return False
-            FailOnce.armed = False
+            self.retried = True
+            FailOnce.armed = self.mode == "retry fails too"
             return True
 
-    for retry in (True, False):
+    for mode in ("retry", "no retry", "retry fails too"):
         FailOnce.armed = True
-        monkeypatch.setattr(impls, "load", lambda names, retry=retry: [Flaky(retry)])
-        out = tmp_path / str(retry)
+        flaky = Flaky(mode)
+        monkeypatch.setattr(impls, "load", lambda names: [flaky])
+        out = tmp_path / mode.replace(" ", "_")
         assert main(["--dry-run-cpu", "--out-dir", str(out), "--no-plot", "--ops", "rms_norm",
-                     "--passes", "fwd_bwd", "--impls", "torch_eager"]) == 0
+                     "--impls", "torch_eager"]) == 0
         rows = receipt.read_rows(str(out / "peers-cpu-dry-run"))
-        assert rows
-        if retry:
-            assert all(not r["skipped"] and r["median_us"] > 0 for r in rows)
-            assert not FailOnce.armed
-        else:
+        fwd = [r for r in rows if r["pass"] == "fwd"]
+        bwd = [r for r in rows if r["pass"] == "fwd_bwd"]
+        assert fwd and bwd
+        assert all(not r["skipped"] and r["median_us"] > 0 for r in fwd)
+        assert flaky.asked[0] == ("rms_norm", "fwd_bwd", "backward compilation failed")
+        if mode == "retry":
+            assert len(flaky.asked) == 1 and not FailOnce.armed
+            assert all(not r["skipped"] and r["median_us"] > 0 for r in bwd)
+            assert all(r["note"].startswith("fwd_bwd retried") for r in bwd)
+        else:  # every backward row a SKIP, its note the form that failed last
+            form = "fwd_bwd retried" if mode == "retry fails too" else "fwd_bwd first form"
+            assert len(flaky.asked) == len(bwd)  # once a row: the retry itself is not asked
             assert all(r["skipped"] and "backward compilation failed" in r["note"]
-                       for r in rows)
+                       and form in r["note"] for r in bwd)
