@@ -234,8 +234,10 @@ class TorchCompile(Impl):
 
 def _own_code(fn: Callable) -> Callable:
     """fn with a copy of its code object (the same globals, defaults and closure)."""
-    return types.FunctionType(fn.__code__.replace(), fn.__globals__, fn.__name__, fn.__defaults__,
+    copy = types.FunctionType(fn.__code__.replace(), fn.__globals__, fn.__name__, fn.__defaults__,
                               fn.__closure__)
+    copy.__kwdefaults__ = fn.__kwdefaults__
+    return copy
 
 
 def _mark_unbacked(t: torch.Tensor) -> None:
