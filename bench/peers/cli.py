@@ -23,7 +23,7 @@ import traceback
 from typing import Any, Dict, List, Optional, Sequence
 
 from bench.peers import device as devinfo
-from bench.peers.names import IMPL_NAMES, OP_NAMES, OURS, PASSES
+from bench.peers.names import IMPL_NAMES, OP_NAMES, OUR_NAMES, PASSES
 
 DEFAULT_OUT_DIR = os.path.join(devinfo.REPO_ROOT, "bench", "results")
 #: Device bytes the run needs per activation element of a shape (inputs, per-impl copies,
@@ -37,7 +37,8 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
         prog="python3 -m bench.peers",
         description="Time ropenorm's torch ops against torch eager (Hugging Face formulas), "
                     "torch.nn.functional.rms_norm, torch.compile, Liger-Kernel and FlashInfer "
-                    "on one GPU; check every output against float64; write receipts.")
+                    "on one GPU (and ropenorm's in-place forward forms beside them); check "
+                    "every output against float64; write receipts.")
     p.add_argument("--quick", action="store_true", help="a few shapes only")
     p.add_argument("--out-dir", default=DEFAULT_OUT_DIR, help="folder for the receipts and plot")
     p.add_argument("--ops", default=",".join(OP_NAMES),
@@ -118,7 +119,7 @@ class Runner:
         self.impls = impls.load(args.impls.split(","))
         if self.dry:
             for impl in self.impls:
-                if impl.name == "ropenorm" and impl.unavailable is None:
+                if impl.name in OUR_NAMES and impl.unavailable is None:
                     impl.unavailable = "its kernels are CUDA only; the CPU dry run tests the harness"
         self.timing = timing
         self.rows: List[Dict[str, Any]] = []
@@ -340,7 +341,7 @@ class Runner:
         if os.environ.get("ROPENORM_PEERS_TRACEBACK"):
             traceback.print_exc()
         row = _skipped(row, notes, f"{what}: {_error_line(exc)}")
-        if row["impl"] == OURS:
+        if row["impl"] in OUR_NAMES:
             row["skipped"] = False
         return row
 
@@ -411,7 +412,7 @@ class Runner:
             except ImportError as exc:
                 print(f"plot skipped: matplotlib is not importable ({exc})", flush=True)
         ours_failed = [r for r in self.rows
-                       if r["impl"] == OURS and not r["skipped"] and not r["passed"]]
+                       if r["impl"] in OUR_NAMES and not r["skipped"] and not r["passed"]]
         print("\nper shape (median us; '!' outside the tolerance, 'x' grossly wrong; "
               "ratio = ropenorm / best peer):")
         print(summary.shape_table(self.rows))

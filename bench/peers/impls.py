@@ -6,6 +6,9 @@ one gradient seed serve all of them:
 
 - ``ropenorm``: the library's torch ops (``ropenorm.rms_norm``, ``add_rms_norm``, ``rope`` with
   positions and the cos/sin cache, ``qk_norm_rope`` where the build has it).
+- ``ropenorm_in_place``: the same ops' in-place forms (``inplace=True``: ``add_rms_norm``
+  writing s into residual, ``rope`` and ``qk_norm_rope`` writing q and k), forward only, to
+  set beside the peers that work in place (Liger-Kernel's RoPE, FlashInfer); not a peer.
 - ``torch_eager``: the Hugging Face formulas (``formulas``), eager.
 - ``torch_rms_norm``: ``torch.nn.functional.rms_norm`` (with the residual add before it).
 - ``torch_compile``: ``torch.compile`` (mode default) of the eager formulas, the token dim
@@ -38,7 +41,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 import torch
 
 from bench.peers import formulas
-from bench.peers.names import IMPL_NAMES
+from bench.peers.names import IMPL_NAMES, OURS_IN_PLACE
 from bench.peers.ops import EPS
 
 Forward = Callable[[Dict[str, torch.Tensor]], Tuple[torch.Tensor, ...]]
@@ -113,6 +116,31 @@ class Ropenorm(Impl):
         else:
             self._missing["qk_norm_rope"] = "ropenorm.qk_norm_rope is not in this build"
         self._notes["rope"] = "cos/sin cache f32 [P, D] + int64 positions"
+        self._notes["qk_norm_rope"] = self._notes["rope"]
+
+
+class RopenormInPlace(Impl):
+    name = OURS_IN_PLACE
+    has_autograd = False
+
+    def __init__(self) -> None:
+        super().__init__()
+        import ropenorm
+
+        self.unavailable = ropenorm.unavailable_reason()
+        self.version = getattr(ropenorm, "__version__", "")
+        rn = ropenorm
+        self._fwd["add_rms_norm"] = lambda i: tuple(
+            rn.add_rms_norm(i["x"], i["residual"], i["w"], EPS, inplace=True))
+        self._fwd["rope"] = lambda i: tuple(
+            rn.rope(i["q"], i["k"], positions=i["positions"], cos_sin_cache=i["cache"],
+                    inplace=True))
+        if hasattr(rn, "qk_norm_rope"):
+            self._fwd["qk_norm_rope"] = lambda i: tuple(rn.qk_norm_rope(
+                i["q"], i["k"], i["q_weight"], i["k_weight"], EPS, positions=i["positions"],
+                cos_sin_cache=i["cache"], inplace=True))
+        self._notes["add_rms_norm"] = "in place (s into residual)"
+        self._notes["rope"] = "in place; cos/sin cache f32 [P, D] + int64 positions"
         self._notes["qk_norm_rope"] = self._notes["rope"]
 
 
@@ -353,7 +381,8 @@ def _dist_version(*names: str) -> str:
     return ""
 
 
-IMPL_CLASSES = (Ropenorm, TorchEager, TorchRmsNorm, TorchCompile, Liger, FlashInfer)
+IMPL_CLASSES = (Ropenorm, RopenormInPlace, TorchEager, TorchRmsNorm, TorchCompile, Liger,
+                FlashInfer)
 assert tuple(c.name for c in IMPL_CLASSES) == IMPL_NAMES
 
 

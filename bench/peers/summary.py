@@ -4,7 +4,8 @@ Per (op, pass, dtype, shape), the best peer is the fastest peer row that was tim
 grossly wrong (relative L2 error above ``GROSS_REL_ERR``, or non-finite): a peer that is merely
 less accurate than the tolerance still counts, and its row shows that it failed. ropenorm's row
 gets ``best_peer``, ``ratio_vs_best_peer`` = its median / the best peer's (below 1: ropenorm is
-faster) and ``speedup_vs_best_peer`` (the inverse).
+faster) and ``speedup_vs_best_peer`` (the inverse). ropenorm's in-place rows
+(``ropenorm_in_place``) are shown beside the peers, never counted as one.
 
 Needs neither torch nor a GPU; rows are plain dicts with the receipt's fields.
 """
@@ -15,7 +16,7 @@ import math
 from collections import OrderedDict
 from typing import Any, Dict, List, Sequence, Tuple
 
-from bench.peers.names import OURS, PEER_NAMES
+from bench.peers.names import OURS, OURS_IN_PLACE, PEER_NAMES
 
 #: Beyond this relative L2 error (bf16 results land between 1e-3 and 1e-2) a peer is wrong.
 GROSS_REL_ERR = 1e-2
@@ -45,7 +46,8 @@ def groups(rows: Sequence[Row]) -> "OrderedDict[Tuple, List[Row]]":
 
 def attach_ratios(rows: Sequence[Row]) -> None:
     for members in groups(rows).values():
-        peers = [r for r in members if r["impl"] != OURS and timed(r) and not grossly_wrong(r)]
+        peers = [r for r in members
+                 if r["impl"] in PEER_NAMES and timed(r) and not grossly_wrong(r)]
         best = min(peers, key=lambda r: r["median_us"]) if peers else None
         for r in members:
             if r["impl"] != OURS:
@@ -72,9 +74,9 @@ def _time_cell(r: Row) -> str:
 def shape_table(rows: Sequence[Row]) -> str:
     """Every shape: ropenorm's time, %copy and error, each peer's time, best peer and ratio.
     A peer time marked '!' failed the accuracy check, 'x' is grossly wrong (not counted)."""
-    present = [p for p in PEER_NAMES if any(r["impl"] == p for r in rows)]
+    present = [p for p in (OURS_IN_PLACE,) + PEER_NAMES if any(r["impl"] == p for r in rows)]
     head = (f"{'op':<13} {'pass':<7} {'shape':<26} {'timing':<10} {'ropenorm':>9} {'%copy':>6} "
-            f"{'err':>5} " + " ".join(f"{p:>14}" for p in present) +
+            f"{'err':>5} " + " ".join(f"{_column(p):>14}" for p in present) +
             f" {'best peer':>14} {'ratio':>6}")
     lines = [head]
     for members in groups(rows).values():
@@ -95,6 +97,10 @@ def shape_table(rows: Sequence[Row]) -> str:
             f" {(ours or {}).get('best_peer') or '-':>14} "
             f"{(f'{ratio:.2f}' if ratio is not None else '-'):>6}")
     return "\n".join(lines)
+
+
+def _column(impl: str) -> str:
+    return "in place" if impl == OURS_IN_PLACE else impl
 
 
 def _geomean(values: List[float]) -> float:
@@ -130,7 +136,7 @@ def one_screen(rows: Sequence[Row]) -> str:
                      f"{wins:>6}  {extremes}")
     flagged: "OrderedDict[str, List[int]]" = OrderedDict()
     for r in rows:
-        if r["impl"] != OURS and not r.get("skipped"):
+        if r["impl"] in PEER_NAMES and not r.get("skipped"):
             counts = flagged.setdefault(r["impl"], [0, 0, 0])
             counts[0] += 1
             counts[1] += 0 if r["passed"] else 1

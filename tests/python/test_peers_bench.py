@@ -114,6 +114,7 @@ def _fake_rows():
         _row("torch_eager", 2.0, shape=small, timing="cuda_graph"),
         _skipped("ropenorm", "not implemented: backward"),
         _row("torch_eager", 40.0, pass_="fwd_bwd"),
+        _row("ropenorm_in_place", 4.0),  # faster than every peer, and not one of them
     ]
 
 
@@ -127,6 +128,7 @@ def test_best_peer_and_ratio():
     assert small["best_peer"] == "torch_eager" and small["ratio_vs_best_peer"] == pytest.approx(1.5)
     assert bwd["best_peer"] == "torch_eager" and "ratio_vs_best_peer" not in bwd
     assert "ratio_vs_best_peer" not in rows[2]  # peers carry no ratio
+    assert "ratio_vs_best_peer" not in rows[-1] and "best_peer" not in rows[-1]
 
 
 def test_tables_render():
@@ -134,9 +136,10 @@ def test_tables_render():
     summary.attach_ratios(rows)
     table = summary.shape_table(rows)
     assert "30.00!" in table and "5.00x" in table and "liger" in table and "0.50" in table
+    assert "in place" in table.splitlines()[0] and "4.00" in table
     screen = summary.one_screen(rows)
     assert "rms_norm" in screen and "1/2" in screen  # one win out of two rated shapes
-    assert "flashinfer 1/1/1" in screen
+    assert "flashinfer 1/1/1" in screen and "ropenorm_in_place" not in screen
     assert len(screen.splitlines()) < 25
 
 
