@@ -2,10 +2,10 @@
 implementations, the receipts, the plot and the tables.
 
 Without torch, without a CUDA device or without a built ropenorm package it prints why it is
-skipped and exits 0. Exit status otherwise: 1 when a ropenorm row fails its accuracy check or
-raises (other than NotImplementedError, which records the row as skipped with the reason; peers
-outside their tolerance, or raising, are flagged in their rows and are not failures of this
-run), 2 when the receipts do not re-read as written, else 0.
+skipped and exits 0. Exit status otherwise: 1 when a ropenorm row (its in-place forms' rows
+too) fails its accuracy check or raises (other than NotImplementedError, which records the row
+as skipped with the reason; peers outside their tolerance, or raising, are flagged in their
+rows and are not failures of this run), 2 when the receipts do not re-read as written, else 0.
 
 Per shape: fresh random inputs and float64 references (once per pass); per implementation: its
 own copy of the inputs (some peers work in place), the allocator poisoned with NaN blocks of the
@@ -23,7 +23,7 @@ import traceback
 from typing import Any, Dict, List, Optional, Sequence
 
 from bench.peers import device as devinfo
-from bench.peers.names import IMPL_NAMES, OP_NAMES, OUR_NAMES, PASSES
+from bench.peers.names import IMPL_NAMES, OP_NAMES, OUR_NAMES, OURS, OURS_IN_PLACE, PASSES
 
 DEFAULT_OUT_DIR = os.path.join(devinfo.REPO_ROOT, "bench", "results")
 #: Device bytes the run needs per activation element of a shape (inputs, per-impl copies,
@@ -137,7 +137,7 @@ class Runner:
               f"{torch.version.cuda or 'n/a'}, commit {devinfo.source_commit()}", flush=True)
         for impl in self.impls:
             state = f"unavailable: {impl.unavailable}" if impl.unavailable else "ok"
-            print(f"  {impl.name:<15} {impl.version or '':<22} {state}", flush=True)
+            print(f"  {impl.name:<18} {impl.version or '':<22} {state}", flush=True)
         if self.dry:
             self.timer = self.timing.HostTimer()
         else:
@@ -424,8 +424,9 @@ class Runner:
         if unavailable:
             print("not run: " + "; ".join(unavailable))
         if ours_failed:
-            print(f"{len(ours_failed)} ropenorm rows failed (outside their tolerance, or raised)",
-                  flush=True)
+            in_place = sum(1 for r in ours_failed if r["impl"] != OURS)
+            print(f"{len(ours_failed)} ropenorm rows failed ({in_place} of them "
+                  f"{OURS_IN_PLACE}; outside their tolerance, or raised)", flush=True)
             status = status or 1
         return status
 
@@ -437,7 +438,7 @@ def _skipped(row: Dict[str, Any], notes: List[str], reason: str) -> Dict[str, An
 
 
 def _row_header() -> str:
-    return (f"{'op':<13} {'pass':<7} {'impl':<14} {'shape':<26} {'timing':<10} {'median_us':>10} "
+    return (f"{'op':<13} {'pass':<7} {'impl':<17} {'shape':<26} {'timing':<10} {'median_us':>10} "
             f"{'GB/s':>7} {'%copy':>6} {'err':>6}  check")
 
 
@@ -445,10 +446,10 @@ def _row_line(r: Dict[str, Any]) -> str:
     shape = " ".join(f"{k}={v}" for k, v in r["shape"].items())
     if r["skipped"] or r.get("median_us") is None:
         state = "SKIP" if r["skipped"] else "FAIL"
-        return f"{r['op']:<13} {r['pass']:<7} {r['impl']:<14} {shape:<26} {state}  {r['note']}"
+        return f"{r['op']:<13} {r['pass']:<7} {r['impl']:<17} {shape:<26} {state}  {r['note']}"
     pct = r.get("pct_of_copy")
     err = r.get("max_err_ulp")
-    return (f"{r['op']:<13} {r['pass']:<7} {r['impl']:<14} {shape:<26} {r['timing']:<10} "
+    return (f"{r['op']:<13} {r['pass']:<7} {r['impl']:<17} {shape:<26} {r['timing']:<10} "
             f"{r['median_us']:>10.2f} {r['gbps'] or 0:>7.0f} "
             f"{(f'{pct:.1f}' if pct is not None else '-'):>6} "
             f"{(f'{err:.3g}' if err is not None else '-'):>6}  "

@@ -72,7 +72,8 @@ def _time_cell(r: Row) -> str:
 
 
 def shape_table(rows: Sequence[Row]) -> str:
-    """Every shape: ropenorm's time, %copy and error, each peer's time, best peer and ratio.
+    """Every shape: ropenorm's time, %copy and error, its in-place form's time ("in place"),
+    each peer's time, best peer and ratio.
     A peer time marked '!' failed the accuracy check, 'x' is grossly wrong (not counted)."""
     present = [p for p in (OURS_IN_PLACE,) + PEER_NAMES if any(r["impl"] == p for r in rows)]
     head = (f"{'op':<13} {'pass':<7} {'shape':<26} {'timing':<10} {'ropenorm':>9} {'%copy':>6} "

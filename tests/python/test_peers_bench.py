@@ -437,3 +437,32 @@ def test_a_backward_that_fails_once_is_retried_and_timed(tmp_path, monkeypatch):
             assert len(flaky.asked) == len(bwd)  # once a row: the retry itself is not asked
             assert all(r["skipped"] and "backward compilation failed" in r["note"]
                        and form in r["note"] for r in bwd)
+
+
+def test_a_wrong_in_place_row_fails_the_run(tmp_path, monkeypatch):
+    """ropenorm's in-place rows are ropenorm's own: one outside its tolerance, or raising, is a
+    failed row (not a skipped peer) and the run exits 1."""
+    pytest.importorskip("torch")
+    from bench.peers import impls
+    from bench.peers.cli import main
+
+    class Wrong(impls.TorchEager):
+        name = "ropenorm_in_place"
+        has_autograd = False
+        # The CPU dry run marks ropenorm's implementations unavailable; this one stays available.
+        unavailable = property(lambda self: None, lambda self, value: None)
+
+        def __init__(self):
+            super().__init__()
+            eager = self._fwd["add_rms_norm"]
+            self._fwd = {"add_rms_norm": lambda i: tuple(o * 1.5 for o in eager(i)),
+                         "rope": lambda i: (_ for _ in ()).throw(RuntimeError("boom"))}
+
+    monkeypatch.setattr(impls, "load", lambda names: [Wrong()])
+    rc = main(["--dry-run-cpu", "--out-dir", str(tmp_path), "--no-plot",
+               "--ops", "add_rms_norm,rope", "--impls", "ropenorm_in_place"])
+    rows = receipt.read_rows(str(tmp_path / "peers-cpu-dry-run"))
+    assert rows and {r["op"] for r in rows} == {"add_rms_norm", "rope"}
+    assert all(r["pass"] == "fwd" and not r["skipped"] and not r["passed"] for r in rows)
+    assert any("boom" in r["note"] for r in rows if r["op"] == "rope")
+    assert rc == 1
