@@ -96,6 +96,7 @@ class Impl:
 
 class Ropenorm(Impl):
     name = "ropenorm"
+    inplace = False  # RopenormInPlace: the same calls with inplace=True, forward only
 
     def __init__(self) -> None:
         super().__init__()
@@ -103,45 +104,31 @@ class Ropenorm(Impl):
 
         self.unavailable = ropenorm.unavailable_reason()
         self.version = getattr(ropenorm, "__version__", "")
-        rn = ropenorm
-        self._fwd["rms_norm"] = lambda i: (rn.rms_norm(i["x"], i["w"], EPS),)
+        rn, ip = ropenorm, self.inplace
+        if not ip:  # rms_norm has no in-place form
+            self._fwd["rms_norm"] = lambda i: (rn.rms_norm(i["x"], i["w"], EPS),)
         self._fwd["add_rms_norm"] = lambda i: tuple(
-            rn.add_rms_norm(i["x"], i["residual"], i["w"], EPS))
-        self._fwd["rope"] = lambda i: tuple(
-            rn.rope(i["q"], i["k"], positions=i["positions"], cos_sin_cache=i["cache"]))
-        if hasattr(rn, "qk_norm_rope"):
-            self._fwd["qk_norm_rope"] = lambda i: tuple(rn.qk_norm_rope(
-                i["q"], i["k"], i["q_weight"], i["k_weight"], EPS, positions=i["positions"],
-                cos_sin_cache=i["cache"]))
-        else:
-            self._missing["qk_norm_rope"] = "ropenorm.qk_norm_rope is not in this build"
-        self._notes["rope"] = "cos/sin cache f32 [P, D] + int64 positions"
-        self._notes["qk_norm_rope"] = self._notes["rope"]
-
-
-class RopenormInPlace(Impl):
-    name = OURS_IN_PLACE
-    has_autograd = False
-
-    def __init__(self) -> None:
-        super().__init__()
-        import ropenorm
-
-        self.unavailable = ropenorm.unavailable_reason()
-        self.version = getattr(ropenorm, "__version__", "")
-        rn = ropenorm
-        self._fwd["add_rms_norm"] = lambda i: tuple(
-            rn.add_rms_norm(i["x"], i["residual"], i["w"], EPS, inplace=True))
+            rn.add_rms_norm(i["x"], i["residual"], i["w"], EPS, inplace=ip))
         self._fwd["rope"] = lambda i: tuple(
             rn.rope(i["q"], i["k"], positions=i["positions"], cos_sin_cache=i["cache"],
-                    inplace=True))
+                    inplace=ip))
         if hasattr(rn, "qk_norm_rope"):
             self._fwd["qk_norm_rope"] = lambda i: tuple(rn.qk_norm_rope(
                 i["q"], i["k"], i["q_weight"], i["k_weight"], EPS, positions=i["positions"],
-                cos_sin_cache=i["cache"], inplace=True))
-        self._notes["add_rms_norm"] = "in place (s into residual)"
-        self._notes["rope"] = "in place; cos/sin cache f32 [P, D] + int64 positions"
+                cos_sin_cache=i["cache"], inplace=ip))
+        else:
+            self._missing["qk_norm_rope"] = "ropenorm.qk_norm_rope is not in this build"
+        where = "in place; " if ip else ""
+        self._notes["rope"] = where + "cos/sin cache f32 [P, D] + int64 positions"
         self._notes["qk_norm_rope"] = self._notes["rope"]
+        if ip:
+            self._notes["add_rms_norm"] = "in place (s into residual)"
+
+
+class RopenormInPlace(Ropenorm):
+    name = OURS_IN_PLACE
+    has_autograd = False
+    inplace = True
 
 
 class TorchEager(Impl):

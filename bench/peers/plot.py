@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Sequence
 
-from bench.peers.names import OURS, OURS_IN_PLACE, PEER_NAMES
+from bench.peers.names import IMPL_NAMES, OURS, OURS_IN_PLACE
 from bench.peers.summary import groups, timed
 
 COLORS = {
@@ -29,8 +29,7 @@ def plot_latency(rows: Sequence[Dict[str, Any]], path: str, title: str = "") -> 
     panels: Dict[tuple, List[tuple]] = {}
     for key, members in groups(rows).items():
         panels.setdefault((key[0], key[1]), []).append((members[0]["shape"], members))
-    impls = [i for i in (OURS, OURS_IN_PLACE) + PEER_NAMES
-             if any(r["impl"] == i for r in rows)]
+    impls = [i for i in IMPL_NAMES if any(r["impl"] == i for r in rows)]
     n = max(len(panels), 1)
     widest = max((len(v) for v in panels.values()), default=1)
     fig, axes = plt.subplots(n, 1, figsize=(max(10.0, 0.12 * widest * max(len(impls), 1)),
