@@ -1,0 +1,33 @@
+"""One version everywhere: include/ropenorm/version.h (which CMake and the installed C++ package
+read), pyproject.toml (the wheel) and python/ropenorm/__init__.py (``ropenorm.__version__``).
+
+Reads the repository's files as text, so it checks the source tree even where an installed
+ropenorm would be imported instead; needs neither torch nor a build.
+"""
+
+import os
+import re
+
+ROOT = os.path.normpath(
+    os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, os.pardir))
+
+
+def _read(path):
+    with open(os.path.join(ROOT, path), encoding="utf-8") as f:
+        return f.read()
+
+
+def _header_version():
+    text = _read("include/ropenorm/version.h")
+    parts = [re.search(rf"^#define ROPENORM_VERSION_{p} (\d+)$", text, re.M)
+             for p in ("MAJOR", "MINOR", "PATCH")]
+    assert all(parts), "version.h must define ROPENORM_VERSION_MAJOR, _MINOR and _PATCH"
+    return ".".join(m.group(1) for m in parts)
+
+
+def test_python_and_wheel_versions_match_the_header():
+    header = _header_version()
+    wheel = re.search(r'^version = "([^"]+)"$', _read("pyproject.toml"), re.M)
+    package = re.search(r'^__version__ = "([^"]+)"$', _read("python/ropenorm/__init__.py"), re.M)
+    assert wheel and package, "pyproject.toml and python/ropenorm/__init__.py must state a version"
+    assert (wheel.group(1), package.group(1)) == (header, header)
