@@ -19,10 +19,11 @@ def _read(path):
 
 def _header_version():
     text = _read("include/ropenorm/version.h")
-    parts = [re.search(rf"^#define ROPENORM_VERSION_{p} (\d+)$", text, re.M)
+    parts = [re.findall(rf"^#define ROPENORM_VERSION_{p} (0|[1-9]\d*)\r?$", text, re.M)
              for p in ("MAJOR", "MINOR", "PATCH")]
-    assert all(parts), "version.h must define ROPENORM_VERSION_MAJOR, _MINOR and _PATCH"
-    return ".".join(m.group(1) for m in parts)
+    assert all(len(found) == 1 for found in parts), \
+        "version.h must define each of ROPENORM_VERSION_MAJOR, _MINOR and _PATCH once"
+    return ".".join(found[0] for found in parts)
 
 
 def test_python_and_wheel_versions_match_the_header():
