@@ -26,6 +26,7 @@
 #include "device_info.h"
 #include "receipt.h"
 #include "reference/rms_norm_ref.h"
+#include "ropenorm/version.h"
 #include "verify/device_buffer.h"
 #include "verify/rms_norm_case.h"
 
@@ -227,6 +228,7 @@ int run_profile(const std::string& op, int64_t m, int64_t n, int reps) {
 int main(int argc, char** argv) {
   CLI::App app{"ropenorm: RMSNorm, RoPE and fused QK-norm + RoPE kernels"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("ropenorm ") + ropenorm::version());
   auto* info = app.add_subcommand("info", "Show the device, driver and CUDA runtime");
   auto* verify = app.add_subcommand("verify", "Check every kernel against the float64 oracle");
   auto* bench = app.add_subcommand("bench", "Verify, then time the kernels and write receipts");

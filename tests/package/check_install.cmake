@@ -11,7 +11,8 @@
 # Fails when: the install misses a file or holds a header the source tree does not; an installed
 # CMake file names the source tree, the build tree or the staging folder; find_package picks a
 # package outside the prefix; the consumer (one translation unit per installed header, and the
-# program) does not build; its host checks fail; or the installed `ropenorm info` does not run.
+# program) does not build; its host checks fail; or the installed `ropenorm --version` (which must
+# print this version) or `ropenorm info` fails.
 # Each of these for the build folder as a package too, where it applies.
 # The consumer stays in WORK_DIR/bin for the GPU check.
 foreach(_var BUILD_DIR WORK_DIR SOURCE_DIR GENERATOR MAKE_PROGRAM CONFIG CXX_COMPILER CUDA_ROOT
@@ -73,6 +74,10 @@ foreach(_file IN LISTS cmake_files)
 endforeach()
 
 if(CLI)
+  run_step("the installed `ropenorm --version`" "${prefix}/${BINDIR}/ropenorm" --version)
+  if(NOT step_output STREQUAL "ropenorm ${EXPECTED_VERSION}\n")
+    message(FATAL_ERROR "the installed `ropenorm --version` printed '${step_output}'")
+  endif()
   run_step("the installed `ropenorm info`" "${prefix}/${BINDIR}/ropenorm" info)
   message(STATUS "installed ropenorm info:\n${step_output}")
   # Checked; not kept (the program is most of the install's size).
