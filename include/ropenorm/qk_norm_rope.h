@@ -35,6 +35,7 @@ struct QkNormParams {
 /// @param q_rstd, k_rstd  f32 [T, Hq] / [T, Hk] (or [B, S, H]) contiguous, or absent.
 /// @param positions, cos_sin, rope_params  as for ropenorm::rope.
 /// @param norm_params eps and weight offset.
+/// @param stream      CUDA stream to launch on (the caller's; nothing is synchronised).
 /// @return ok, or an error naming the argument, what was expected and what was received; on
 ///         error nothing was written. Zero tokens or zero heads is a valid no-op.
 Status qk_norm_rope(const TensorRef& q, const TensorRef& k, const TensorRef& wq,

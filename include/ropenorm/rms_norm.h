@@ -18,13 +18,16 @@ enum class Rounding : int {
   kHfLlama = 1,
 };
 
+/// "exact" or "hf_llama".
 const char* rounding_name(Rounding rounding);
 
+/// The scalar parameters of rms_norm and add_rms_norm.
 struct RmsNormParams {
   /// Added to mean(x^2) inside the square root. Must be finite and in [1e-12, 1e-2].
   float eps = 1e-6f;
   /// o in (w + o): 0 for Llama, 1 for Gemma. Must be 0 when there is no weight.
   float weight_offset = 0.0f;
+  /// How y is rounded to its dtype (see Rounding).
   Rounding rounding = Rounding::kExact;
 };
 
@@ -38,6 +41,7 @@ struct RmsNormParams {
 /// @param y       same shape as x, any of f32/f16/bf16; may be exactly x (in-place), else must
 ///                not overlap any input.
 /// @param rstd    absent, or f32 with one element per row, contiguous: receives r[m].
+/// @param params  eps, the weight offset o and the rounding mode.
 /// @param stream  CUDA stream to launch on (the caller's; nothing is synchronised).
 /// @return        ok, or an error naming the argument; on error nothing was written.
 Status rms_norm(const TensorRef& x, const TensorRef& weight, const TensorRef& y,
@@ -55,6 +59,9 @@ Status rms_norm(const TensorRef& x, const TensorRef& weight, const TensorRef& y,
 /// @param y             same shape as x; may be exactly x.
 /// @param residual_out  receives s, residual's dtype; may be exactly residual (in-place update).
 /// @param rstd          absent, or f32 with one element per row.
+/// @param params        as for rms_norm.
+/// @param stream        CUDA stream to launch on (the caller's; nothing is synchronised).
+/// @return              ok, or an error naming the argument; on error nothing was written.
 Status add_rms_norm(const TensorRef& x, const TensorRef& residual, const TensorRef& weight,
                     const TensorRef& y, const TensorRef& residual_out, const TensorRef& rstd,
                     const RmsNormParams& params, Stream stream = nullptr);

@@ -18,6 +18,7 @@
 
 namespace ropenorm {
 
+/// The scalar parameters of rms_norm_backward and add_rms_norm_backward (the forward's).
 struct RmsNormBackwardParams {
   /// Used only when rstd is absent (r is then recomputed from the input, exactly as the forward
   /// computes it). Must be finite and in [1e-12, 1e-2].
@@ -30,6 +31,8 @@ struct RmsNormBackwardParams {
 /// (the same for both ops); 0 when rows or n is 0. Depends on n and on the device (its SM count),
 /// never on rows beyond rows == 0. A call without a weight needs none (pass an absent workspace).
 /// The calls never allocate.
+/// @param rows    M, the number of rows (the product of all dims but the last).
+/// @param n       N, the row width.
 /// @param device  CUDA device ordinal, or -1 for the calling thread's current device.
 /// @return        the byte count; 0 also when the device cannot be queried (the call then
 ///                reports the error).
@@ -58,6 +61,7 @@ size_t rms_norm_backward_workspace_size(int64_t rows, int64_t n, int device = -1
 ///                   rms_norm_backward_workspace_size(rows, N) / 4 elements (the library has no
 ///                   byte dtype); absent allowed when dw is absent. Clobbered; must not overlap
 ///                   any argument.
+/// @param params     eps (used only without rstd) and the weight offset o, as in the forward.
 /// @param stream     CUDA stream to launch on (the caller's; nothing is synchronised).
 /// @return           ok, or an error naming the argument; on error nothing was written.
 ///

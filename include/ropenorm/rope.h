@@ -62,9 +62,11 @@ const char* cos_sin_kind_name(CosSinKind kind);
 
 /// The cos/sin source: fill the tensors `kind` names, leave the others absent.
 struct RopeCosSin {
+  /// Which source the call reads.
   CosSinKind kind = CosSinKind::kCache;
   TensorRef cache;     ///< kCache: [P, R], last dim contiguous, any row stride.
-  TensorRef cos, sin;  ///< kHfCosSin: [P, R] each; kHfCosSinGathered: [T, R] or [B, S, R].
+  TensorRef cos;       ///< kHfCosSin: [P, R]; kHfCosSinGathered: [T, R] or [B, S, R].
+  TensorRef sin;       ///< Same shape as cos.
   TensorRef inv_freq;  ///< kInvFreq: [R / 2] f32, contiguous.
   /// kInvFreq only (finite): multiplies c_i and s_i. The other sources carry their scaling in
   /// their values, so it must be 1 for them.
@@ -79,12 +81,17 @@ struct RopeCosSin {
 /// optional int32/int64 [B] tensor (any stride; B = 1 for a 3-D q), e.g. the cached length of
 /// each sequence during decode.
 struct RopePositions {
+  /// Explicit positions, int32 or int64; absent for implicit ones.
   TensorRef positions;
+  /// Implicit positions: added to every sequence index s.
   int64_t offset = 0;
+  /// Implicit positions: int32/int64 [B], added per sequence; or absent.
   TensorRef seq_offsets;
 };
 
+/// The rotation's parameters.
 struct RopeParams {
+  /// How channels pair up: kNeox (i, i + R/2) or kGptj (2i, 2i + 1).
   RopeStyle style = RopeStyle::kNeox;
   /// R; 0 means D (full rotary). Even, 0 < R <= D.
   int64_t rotary_dim = 0;

@@ -101,6 +101,7 @@ Status parse_rope_type(const std::string& name, RopeType* type);
 ///             beta_fast / beta_slow equal to 0 take Hugging Face's defaults 32 / 1 (it reads
 ///             them as `beta or default`).
 struct RopeConfig {
+  /// Hugging Face's rope_type: which formula builds the frequencies (see above).
   RopeType type = RopeType::kDefault;
   /// rope_theta, the base. Finite and > 0 (> 1 for yarn, whose corr_dim divides by ln(theta)).
   double theta = 10000.0;
@@ -115,12 +116,15 @@ struct RopeConfig {
   int64_t original_max_position_embeddings = 0;
   /// llama3: finite, > 0, and low_freq_factor < high_freq_factor.
   double low_freq_factor = 1.0;
+  /// llama3: see low_freq_factor.
   double high_freq_factor = 4.0;
   /// yarn: finite and >= 0 (0 = Hugging Face's default, 32 and 1); beta_fast >= beta_slow.
   double beta_fast = 32.0;
+  /// yarn: see beta_fast.
   double beta_slow = 1.0;
   /// yarn: finite and >= 0; 0 = unset (Hugging Face tests them for truth, so 0 and None agree).
   double mscale = 0.0;
+  /// yarn: as mscale.
   double mscale_all_dim = 0.0;
   /// yarn: an explicit attention_factor, finite and >= 0; 0 = unset (derive it from factor).
   double attention_factor = 0.0;
@@ -170,6 +174,8 @@ Status rope_inv_freq(const RopeConfig& config, std::vector<double>* inv_freq,
 /// by 3), each where the exact power lies within 0.02 ulp of a float32 rounding midpoint; built
 /// on CUDA, 152 differ, by up to 16 ulps where R or factor is not a power of two.
 ///
+/// @param config             the rope parameters; checked as for rope_inv_freq.
+/// @param inv_freq           receives R/2 float32 values.
 /// @param attention_scaling  receives the float64 scaling (Hugging Face keeps it a Python float).
 Status rope_inv_freq_f32(const RopeConfig& config, std::vector<float>* inv_freq,
                          double* attention_scaling);
@@ -200,6 +206,9 @@ Status build_rope_cache(const RopeConfig& config, int64_t max_positions, DType d
 /// differ from this cache, by up to 0.022; at p = 2^20, where the angle is exact, 5 (CPU) or 34
 /// (CUDA) still differ by one ulp, torch's float32 cos and sin not being correctly rounded.
 ///
+/// @param config          the rope parameters; checked as for rope_inv_freq.
+/// @param first_position  the position of the first row, >= 0.
+/// @param num_positions   the number of rows, >= 0 (first_position + num_positions <= 2^53).
 /// @param dtype  f32, f16 or bf16 (else an unsupported-dtype error naming 'dtype').
 /// @param out    host memory for num_positions * R elements; may be null when num_positions is 0.
 /// @return ok, or an error naming the argument; on error nothing was written.

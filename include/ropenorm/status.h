@@ -9,6 +9,7 @@
 
 namespace ropenorm {
 
+/// What kind of failure a Status reports.
 enum class StatusCode : int {
   kOk = 0,
   kInvalidArgument = 1,  ///< bad shape, dtype, stride, value, overlap
@@ -19,14 +20,20 @@ enum class StatusCode : int {
 /// "ok", "invalid_argument", "unsupported", "device_error".
 const char* status_code_name(StatusCode code);
 
+/// The result of every ropenorm call: ok, or a code and a message naming the op and argument.
 class Status {
  public:
   Status() = default;
+  /// A failure (or, with kOk, success) with its message.
   Status(StatusCode code, std::string message) : code_(code), message_(std::move(message)) {}
+  /// Success.
   static Status Ok() { return Status(); }
 
+  /// True for success.
   bool ok() const { return code_ == StatusCode::kOk; }
+  /// kOk, or the kind of failure.
   StatusCode code() const { return code_; }
+  /// Empty on success; otherwise what was expected and what was received.
   const std::string& message() const { return message_; }
 
  private:
