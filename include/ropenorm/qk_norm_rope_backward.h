@@ -1,5 +1,6 @@
-// ropenorm fused QK-norm + RoPE backward: the gradient of ropenorm::qk_norm_rope with respect to
-// q, k and the two norm weights, in one pass over q and k.
+/// @file
+/// ropenorm fused QK-norm + RoPE backward: the gradient of ropenorm::qk_norm_rope with respect to
+/// q, k and the two norm weights, in one pass over q and k.
 #pragma once
 
 #include <cstddef>
@@ -26,16 +27,16 @@ size_t qk_norm_rope_backward_workspace_size(int64_t tokens, int64_t hq, int64_t 
 /// then the deterministic column reductions of dwq and dwk (one launch for both when they share a
 /// dtype).
 ///
-///   for every head vector x (D channels) of q (weight wq, gradient dq_out, result dq) and of k
-///   (wk, dk_out, dk), with r, o, R, the style, positions and cos/sin exactly as the forward:
-///     g_n  = rope_inverse(dout)       the transposed rotation (sin negated); channels R .. D-1
-///                                     pass through: g_n[d] = dout[d]
-///     xh   = x * r                    r = saved rstd when given, else 1/sqrt(mean(x^2) + eps)
-///     g    = g_n * (w + o)
-///     dx   = r * (g - xh * mean_d(g * xh))                          (rounded once to dq's dtype)
-///     dw[d] = sum over all tokens and heads of g_n[d] * xh[d]        (q heads -> dwq, k -> dwk)
-///   all in fp32. dw is reduced in a fixed order (per-block fp32 partials into `workspace`, then
-///   a column sum in block order; no atomics): bitwise the same from run to run on one device.
+///     for every head vector x (D channels) of q (weight wq, gradient dq_out, result dq) and of k
+///     (wk, dk_out, dk), with r, o, R, the style, positions and cos/sin exactly as the forward:
+///       g_n  = rope_inverse(dout)       the transposed rotation (sin negated); channels R .. D-1
+///                                       pass through: g_n[d] = dout[d]
+///       xh   = x * r                    r = saved rstd when given, else 1/sqrt(mean(x^2) + eps)
+///       g    = g_n * (w + o)
+///       dx   = r * (g - xh * mean_d(g * xh))                          (rounded once to dq's dtype)
+///       dw[d] = sum over all tokens and heads of g_n[d] * xh[d]        (q heads -> dwq, k -> dwk)
+///     all in fp32. dw is reduced in a fixed order (per-block fp32 partials into `workspace`, then
+///     a column sum in block order; no atomics): bitwise the same from run to run on one device.
 ///
 /// @param dq_out, dk_out  gradients of the forward's outputs: q's / k's shape and dtype, last dim
 ///                    contiguous, any other strides.

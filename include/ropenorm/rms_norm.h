@@ -1,7 +1,8 @@
-// ropenorm RMSNorm forward, plain and with a fused residual add.
-//
-// Rows are the last dimension of x; every leading dimension is a row index (a [B, S, H] tensor is
-// B*S rows of width H), with any strides on the leading dims and stride 1 on the last.
+/// @file
+/// ropenorm RMSNorm forward, plain and with a fused residual add.
+///
+/// Rows are the last dimension of x; every leading dimension is a row index (a [B, S, H] tensor is
+/// B*S rows of width H), with any strides on the leading dims and stride 1 on the last.
 #pragma once
 
 #include "ropenorm/status.h"
@@ -33,8 +34,8 @@ struct RmsNormParams {
 
 /// RMSNorm forward.
 ///
-///   r[m] = 1 / sqrt(mean_n(x[m, n]^2) + eps)            (fp32; mean over the true width N)
-///   y[m, n] = x[m, n] * r[m] * (w[n] + o)                (exact rounding mode)
+///     r[m] = 1 / sqrt(mean_n(x[m, n]^2) + eps)            (fp32; mean over the true width N)
+///     y[m, n] = x[m, n] * r[m] * (w[n] + o)                (exact rounding mode)
 ///
 /// @param x       [..., N] f32/f16/bf16, last dim contiguous.
 /// @param weight  [N] f32/f16/bf16 (may differ from x's dtype), contiguous; or absent (factor 1).
@@ -49,9 +50,9 @@ Status rms_norm(const TensorRef& x, const TensorRef& weight, const TensorRef& y,
 
 /// RMSNorm forward with a fused residual add.
 ///
-///   s[m, n] = round_to(residual's dtype, x[m, n] + residual[m, n])   (as the unfused add rounds:
-///             fp32 sum, then one rounding to residual's dtype)
-///   y = rms_norm(s)  (as above, with s as the input and s's dtype as "x's dtype" for kHfLlama)
+///     s[m, n] = round_to(residual's dtype, x[m, n] + residual[m, n])   (as the unfused add rounds:
+///               fp32 sum, then one rounding to residual's dtype)
+///     y = rms_norm(s)  (as above, with s as the input and s's dtype as "x's dtype" for kHfLlama)
 ///
 /// @param x             [..., N] f32/f16/bf16.
 /// @param residual      same shape; dtype x's or f32.

@@ -1,12 +1,13 @@
-// ropenorm RMSNorm backward, plain and after a fused residual add.
-//
-// Rows are the last dimension, as in the forward (include/ropenorm/rms_norm.h): every leading
-// dimension is a row index, with any strides on the leading dims and stride 1 on the last.
-//
-// The weight gradient is reduced deterministically: each block of a persistent grid keeps fp32
-// partials of its (fixed) rows, writes them to a caller-provided workspace, and a second kernel
-// sums the partial rows in a fixed order. No float atomics: dw and dx are bitwise the same from
-// run to run for the same inputs, and a row's dx does not depend on the number of rows.
+/// @file
+/// ropenorm RMSNorm backward, plain and after a fused residual add.
+///
+/// Rows are the last dimension, as in the forward (include/ropenorm/rms_norm.h): every leading
+/// dimension is a row index, with any strides on the leading dims and stride 1 on the last.
+///
+/// The weight gradient is reduced deterministically: each block of a persistent grid keeps fp32
+/// partials of its (fixed) rows, writes them to a caller-provided workspace, and a second kernel
+/// sums the partial rows in a fixed order. No float atomics: dw and dx are bitwise the same from
+/// run to run for the same inputs, and a row's dx does not depend on the number of rows.
 #pragma once
 
 #include <cstddef>
@@ -40,10 +41,10 @@ size_t rms_norm_backward_workspace_size(int64_t rows, int64_t n, int device = -1
 
 /// RMSNorm backward (the forward y = x * r * (w + o), r = 1 / sqrt(mean(x^2) + eps)).
 ///
-///   xh[m, n] = x[m, n] * r[m]                                        (fp32)
-///   g[m, n]  = dy[m, n] * (w[n] + o)                                 (fp32; factor 1 without w)
-///   dx[m, n] = r[m] * (g[m, n] - xh[m, n] * mean_n(g[m, :] * xh[m, :]))   (one rounding)
-///   dw[n]    = sum_m dy[m, n] * xh[m, n]     (fp32, fixed order; one rounding to w's dtype)
+///     xh[m, n] = x[m, n] * r[m]                                        (fp32)
+///     g[m, n]  = dy[m, n] * (w[n] + o)                                 (fp32; factor 1 without w)
+///     dx[m, n] = r[m] * (g[m, n] - xh[m, n] * mean_n(g[m, :] * xh[m, :]))   (one rounding)
+///     dw[n]    = sum_m dy[m, n] * xh[m, n]     (fp32, fixed order; one rounding to w's dtype)
 ///
 /// The exact fp32 formula serves both forward rounding modes: Hugging Face's hf_llama rounding
 /// is a forward-only choice and its backward is taken as the exact one.
@@ -78,11 +79,11 @@ Status rms_norm_backward(const TensorRef& dy, const TensorRef& x, const TensorRe
 /// Backward of the fused residual add + RMSNorm (forward: s = round(x + residual),
 /// y = rms_norm(s), returning y and s).
 ///
-///   gs[m, n] = rms_norm_backward_dx(dy, s)[m, n] + ds[m, n]          (fp32, with the formula
-///              above on s; ds = 0 when absent)
-///   dx = round_to(dx's dtype, gs), dresidual = round_to(dresidual's dtype, gs)  (each one
-///              rounding of the same fp32 gs)
-///   dw as above, with xh = s * r.
+///     gs[m, n] = rms_norm_backward_dx(dy, s)[m, n] + ds[m, n]          (fp32, with the formula
+///                above on s; ds = 0 when absent)
+///     dx = round_to(dx's dtype, gs), dresidual = round_to(dresidual's dtype, gs)  (each one
+///                rounding of the same fp32 gs)
+///     dw as above, with xh = s * r.
 ///
 /// @param dy         [..., N] f32/f16/bf16: gradient of y.
 /// @param ds         same shape, f32/f16/bf16: gradient arriving through the returned s; or

@@ -1,27 +1,28 @@
-// ropenorm rotary position embedding (RoPE) forward, and its backward through `inverse`.
-//
-// Shapes: q is [T, Hq, D] or [B, S, Hq, D]; k is [T, Hk, D] / [B, S, Hk, D] (same leading dims
-// and head_dim as q) or absent. Any stride on the token, batch and head dims, stride 1 on the
-// last: q and k may be views into one packed QKV buffer [T, (Hq + 2 * Hk) * D], and Hugging
-// Face's [B, H, S, D] tensors are served as [B, S, H, D] views with permuted strides.
-//
-// Notation: R = rotary_dim (even, 0 < R <= D), h = R / 2 pairs, 0 <= i < h. Token t of a 4-D
-// call is (b, s) = (t / S, t % S); a 3-D call is one sequence (B = 1, S = T).
-//
-//   pair i:   (a, b) = (x[i], x[i + h])      neox (Hugging Face rotate_half, GPT-NeoX)
-//             (a, b) = (x[2i], x[2i + 1])    gptj (interleaved, GPT-J, Meta's Llama)
-//   forward:  (a, b) -> (a * c_i - b * s_i,  a * s_i + b * c_i)
-//   inverse:  (a, b) -> (a * c_i + b * s_i, -a * s_i + b * c_i)   (rotation by -angle: the
-//             backward pass of RoPE, dq = rope(dq_out, inverse = true))
-//   channels R .. D-1 pass through unchanged (copied bit for bit when out of place).
-//
-// where c_i = cos(p * inv_freq[i]) * scaling and s_i = sin(p * inv_freq[i]) * scaling come from
-// one of the sources of RopeCosSin, and p is the token's position (RopePositions).
-//
-// Arithmetic is fp32: each output is a * c - b * s (or a * s + b * c) evaluated with an fma
-// and the exact rounding error of the second product (Kahan's difference of products), so the
-// fp32 result is within 2 fp32 ulps of the exact value for the given c and s even under
-// cancellation, then rounded once to the output dtype.
+/// @file
+/// ropenorm rotary position embedding (RoPE) forward, and its backward through `inverse`.
+///
+/// Shapes: q is [T, Hq, D] or [B, S, Hq, D]; k is [T, Hk, D] / [B, S, Hk, D] (same leading dims
+/// and head_dim as q) or absent. Any stride on the token, batch and head dims, stride 1 on the
+/// last: q and k may be views into one packed QKV buffer [T, (Hq + 2 * Hk) * D], and Hugging
+/// Face's [B, H, S, D] tensors are served as [B, S, H, D] views with permuted strides.
+///
+/// Notation: R = rotary_dim (even, 0 < R <= D), h = R / 2 pairs, 0 <= i < h. Token t of a 4-D
+/// call is (b, s) = (t / S, t % S); a 3-D call is one sequence (B = 1, S = T).
+///
+///     pair i:   (a, b) = (x[i], x[i + h])      neox (Hugging Face rotate_half, GPT-NeoX)
+///               (a, b) = (x[2i], x[2i + 1])    gptj (interleaved, GPT-J, Meta's Llama)
+///     forward:  (a, b) -> (a * c_i - b * s_i,  a * s_i + b * c_i)
+///     inverse:  (a, b) -> (a * c_i + b * s_i, -a * s_i + b * c_i)   (rotation by -angle: the
+///               backward pass of RoPE, dq = rope(dq_out, inverse = true))
+///     channels R .. D-1 pass through unchanged (copied bit for bit when out of place).
+///
+/// where c_i = cos(p * inv_freq[i]) * scaling and s_i = sin(p * inv_freq[i]) * scaling come from
+/// one of the sources of RopeCosSin, and p is the token's position (RopePositions).
+///
+/// Arithmetic is fp32: each output is a * c - b * s (or a * s + b * c) evaluated with an fma
+/// and the exact rounding error of the second product (Kahan's difference of products), so the
+/// fp32 result is within 2 fp32 ulps of the exact value for the given c and s even under
+/// cancellation, then rounded once to the output dtype.
 #pragma once
 
 #include <cstdint>
@@ -110,8 +111,8 @@ struct RopeParams {
 
 /// Rotary position embedding of q and (optionally) k, out of place or in place.
 ///
-///   out[t, head, pair i] = rotate(x[t, head, pair i], c_i(p_t), s_i(p_t))   (see the file comment)
-///   out[t, head, j] = x[t, head, j]  for R <= j < D
+///     out[t, head, pair i] = rotate(x[t, head, pair i], c_i(p_t), s_i(p_t))  (file comment)
+///     out[t, head, j] = x[t, head, j]  for R <= j < D
 ///
 /// @param q          [T, Hq, D] or [B, S, Hq, D], f32/f16/bf16, last dim contiguous.
 /// @param k          same leading dims and D as q, q's dtype, any Hk; or absent.

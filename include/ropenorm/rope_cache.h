@@ -1,16 +1,17 @@
-// ropenorm rotary position embedding (RoPE) parameters on the host: the inverse frequencies of
-// every rope_type Hugging Face transformers knows as default / linear / dynamic / llama3 / yarn
-// (modeling_rope_utils.py), their attention scaling, and the cos/sin cache the kernels read.
-//
-// Everything here runs on the CPU in plain C++; nothing touches a device.
-//
-// Notation: R = rotary_dim (even), h = R / 2 pairs, i in [0, h), theta = rope_theta,
-// e_i = 2i / R, and inv_i = theta^(-e_i) the default inverse frequency of pair i. A pair's angle
-// at position p is p * inv_freq[i]; its wavelength is 2*pi / inv_freq[i].
-//
-// The cos/sin cache is [P, R] row-major: row p holds cos(p * inv_freq[i]) * s for i < h, then
-// sin(p * inv_freq[i]) * s for i < h, where s is the attention scaling (the layout vLLM and
-// FlashInfer use).
+/// @file
+/// ropenorm rotary position embedding (RoPE) parameters on the host: the inverse frequencies of
+/// every rope_type Hugging Face transformers knows as default / linear / dynamic / llama3 / yarn
+/// (modeling_rope_utils.py), their attention scaling, and the cos/sin cache the kernels read.
+///
+/// Everything here runs on the CPU in plain C++; nothing touches a device.
+///
+/// Notation: R = rotary_dim (even), h = R / 2 pairs, i in [0, h), theta = rope_theta,
+/// e_i = 2i / R, and inv_i = theta^(-e_i) the default inverse frequency of pair i. A pair's angle
+/// at position p is p * inv_freq[i]; its wavelength is 2*pi / inv_freq[i].
+///
+/// The cos/sin cache is [P, R] row-major: row p holds cos(p * inv_freq[i]) * s for i < h, then
+/// sin(p * inv_freq[i]) * s for i < h, where s is the attention scaling (the layout vLLM and
+/// FlashInfer use).
 #pragma once
 
 #include <cstdint>
@@ -139,7 +140,8 @@ struct RopeConfig {
 ///
 /// @param config             the rope parameters; checked as documented at RopeConfig.
 /// @param inv_freq           receives R/2 values.
-/// @param attention_scaling  receives the factor applied to cos and sin (1 except for yarn).
+/// @param attention_scaling  receives the factor applied to cos and sin (1 except for yarn); may
+///                           be null.
 /// @return ok, or an invalid-argument error naming the field, what was expected and what was
 ///         received; on error the outputs are untouched.
 Status rope_inv_freq(const RopeConfig& config, std::vector<double>* inv_freq,
@@ -149,17 +151,17 @@ Status rope_inv_freq(const RopeConfig& config, std::vector<double>* inv_freq,
 /// expressions replayed operation by operation (fl = round to float32, theta and every other
 /// Python scalar rounded to float32 where torch casts it into a float32 operation):
 ///
-///   e_i      = fl(2i / R)                                (arange(0, R, 2).float() / R)
-///   pw_i     = fl(fl(theta) ^ e_i)                       (theta' for dynamic, from float64)
-///   inv_i    = fl(1 / pw_i)
-///   linear   : fl(inv_i / fl(factor))
-///   llama3   : w = fl(fl(1 / inv_i) * fl(2*pi)); compares with fl(L0/lo), fl(L0/hi);
-///              low band fl(inv_i / fl(factor));
-///              s = fl(fl(fl(fl(1 / w) * fl(L0)) - fl(lo)) / fl(hi - lo));
-///              band fl(fl(fl(fl(1 - s) * inv_i) / fl(factor)) + fl(s * inv_i))
-///   yarn     : interp = fl(1 / fl(fl(factor) * pw_j)), extrap = inv_j,
-///              ramp = clamp(fl(fl(j - fl(low)) / fl(high - low)), 0, 1), ef = fl(1 - ramp),
-///              fl(fl(interp * fl(1 - ef)) + fl(extrap * ef))     (low, high in float64)
+///     e_i      = fl(2i / R)                                (arange(0, R, 2).float() / R)
+///     pw_i     = fl(fl(theta) ^ e_i)                       (theta' for dynamic, from float64)
+///     inv_i    = fl(1 / pw_i)
+///     linear   : fl(inv_i / fl(factor))
+///     llama3   : w = fl(fl(1 / inv_i) * fl(2*pi)); compares with fl(L0/lo), fl(L0/hi);
+///                low band fl(inv_i / fl(factor));
+///                s = fl(fl(fl(fl(1 / w) * fl(L0)) - fl(lo)) / fl(hi - lo));
+///                band fl(fl(fl(fl(1 - s) * inv_i) / fl(factor)) + fl(s * inv_i))
+///     yarn     : interp = fl(1 / fl(fl(factor) * pw_j)), extrap = inv_j,
+///                ramp = clamp(fl(fl(j - fl(low)) / fl(high - low)), 0, 1), ef = fl(1 - ramp),
+///                fl(fl(interp * fl(1 - ef)) + fl(extrap * ef))     (low, high in float64)
 ///
 /// This is torch's CPU evaluation, where `scalar / tensor` is reciprocal(tensor) * scalar and a
 /// float32 tensor divided by a scalar is a true division. Where it can differ from Hugging Face:
@@ -176,7 +178,8 @@ Status rope_inv_freq(const RopeConfig& config, std::vector<double>* inv_freq,
 ///
 /// @param config             the rope parameters; checked as for rope_inv_freq.
 /// @param inv_freq           receives R/2 float32 values.
-/// @param attention_scaling  receives the float64 scaling (Hugging Face keeps it a Python float).
+/// @param attention_scaling  receives the float64 scaling (Hugging Face keeps it a Python float);
+///                           may be null.
 Status rope_inv_freq_f32(const RopeConfig& config, std::vector<float>* inv_freq,
                          double* attention_scaling);
 
@@ -186,8 +189,8 @@ Status build_rope_cache(const RopeConfig& config, int64_t max_positions, DType d
 /// Builds the rows first_position .. first_position + num_positions - 1 of the cos/sin cache into
 /// out ([num_positions, R] row-major, host memory, elements of dtype written as raw bits):
 ///
-///   out[r, i]     = round(cos(p * f_i) * s)       p = first_position + r, 0 <= i < R/2
-///   out[r, h + i] = round(sin(p * f_i) * s)
+///     out[r, i]     = round(cos(p * f_i) * s)       p = first_position + r, 0 <= i < R/2
+///     out[r, h + i] = round(sin(p * f_i) * s)
 ///
 /// where f_i = rope_inv_freq_f32(config)[i] (Hugging Face's float32 frequencies, so the cache
 /// rotates by the same frequencies as the model), s the attention scaling, and the angle p * f_i
@@ -208,7 +211,8 @@ Status build_rope_cache(const RopeConfig& config, int64_t max_positions, DType d
 ///
 /// @param config          the rope parameters; checked as for rope_inv_freq.
 /// @param first_position  the position of the first row, >= 0.
-/// @param num_positions   the number of rows, >= 0 (first_position + num_positions <= 2^53).
+/// @param num_positions   the number of rows, >= 0 (first_position + num_positions <= 2^53, and
+///                        num_positions * R * 8 bytes addressable).
 /// @param dtype  f32, f16 or bf16 (else an unsupported-dtype error naming 'dtype').
 /// @param out    host memory for num_positions * R elements; may be null when num_positions is 0.
 /// @return ok, or an error naming the argument; on error nothing was written.

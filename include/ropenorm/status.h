@@ -1,7 +1,8 @@
-// ropenorm public error type.
-//
-// Every entry point returns a Status. A failed Status carries a message that names the op, the
-// argument, what was expected and what was received; when a call fails, no output was written.
+/// @file
+/// ropenorm public error type.
+///
+/// Every entry point returns a Status. A failed Status carries a message that names the op, the
+/// argument, what was expected and what was received; when a call fails, no output was written.
 #pragma once
 
 #include <string>
@@ -20,7 +21,8 @@ enum class StatusCode : int {
 /// "ok", "invalid_argument", "unsupported", "device_error".
 const char* status_code_name(StatusCode code);
 
-/// The result of every ropenorm call: ok, or a code and a message naming the op and argument.
+/// The result of every ropenorm operation: ok, or a code and a message that starts with the op's
+/// name (for an argument error it names the argument, what was expected and what was received).
 class Status {
  public:
   Status() = default;
@@ -33,7 +35,7 @@ class Status {
   bool ok() const { return code_ == StatusCode::kOk; }
   /// kOk, or the kind of failure.
   StatusCode code() const { return code_; }
-  /// Empty on success; otherwise what was expected and what was received.
+  /// Empty on success; otherwise the op's name, a colon and the failure (see the class comment).
   const std::string& message() const { return message_; }
 
  private:

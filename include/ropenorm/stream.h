@@ -1,5 +1,6 @@
-// The stream handle ropenorm launches on: the CUDA runtime's cudaStream_t, declared here without
-// pulling CUDA headers into every user of the public API.
+/// @file
+/// The stream handle ropenorm launches on: the CUDA runtime's cudaStream_t, declared here without
+/// pulling CUDA headers into every user of the public API.
 #pragma once
 
 struct CUstream_st;

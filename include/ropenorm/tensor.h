@@ -1,8 +1,9 @@
-// ropenorm public types: element types, devices, and the non-owning strided tensor view.
-//
-// A TensorRef never owns memory. Sizes and strides are in elements (not bytes), like torch.
-// Every op reads its tensors through these views; the last dimension must be contiguous
-// (stride 1) wherever an op says so, every other stride is free.
+/// @file
+/// ropenorm public types: element types, devices, and the non-owning strided tensor view.
+///
+/// A TensorRef never owns memory. Sizes and strides are in elements (not bytes), like torch.
+/// Every op reads its tensors through these views; the last dimension must be contiguous
+/// (stride 1) wherever an op says so, every other stride is free.
 #pragma once
 
 #include <cstddef>
@@ -32,7 +33,7 @@ enum class DeviceType : int { kCPU = 0, kCUDA = 1 };
 /// Where a tensor's memory lives: kCPU, or kCUDA with a device ordinal.
 struct Device {
   DeviceType type = DeviceType::kCUDA;  ///< Host or CUDA device.
-  int index = 0;                        ///< The CUDA device ordinal (0 for the host).
+  int index = 0;                        ///< The CUDA device ordinal (unused for the host).
   /// The host.
   static Device cpu() { return Device{DeviceType::kCPU, 0}; }
   /// CUDA device `index`.
@@ -56,7 +57,7 @@ constexpr int kMaxDims = 6;
 struct TensorRef {
   void* data = nullptr;            ///< The first element (the storage offset applied).
   DType dtype = DType::kFloat32;   ///< Element type.
-  int ndim = 0;                    ///< Number of dimensions, 0 ... kMaxDims.
+  int ndim = 0;                    ///< Number of dimensions; -1 marks a malformed view.
   int64_t sizes[kMaxDims] = {};    ///< Sizes of the first ndim dimensions.
   int64_t strides[kMaxDims] = {};  ///< Strides in elements, same length as sizes.
   Device device{};                 ///< Where data lives.

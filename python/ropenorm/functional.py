@@ -196,7 +196,7 @@ def rope(
     check_positions: bool = False,
     inplace: bool = False,
     cos_sin_kind: Optional[Union[str, int]] = None,
-):
+) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
     """Rotary position embedding of q (and k).
 
     Args:
@@ -249,7 +249,14 @@ def rope(
 apply_rope = rope
 
 
-def apply_rotary_pos_emb(q, k, cos, sin, position_ids=None, unsqueeze_dim: int = 1):
+def apply_rotary_pos_emb(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    position_ids: Optional[torch.Tensor] = None,
+    unsqueeze_dim: int = 1,
+) -> Tuple[torch.Tensor, torch.Tensor]:
     """Drop-in for Hugging Face's ``apply_rotary_pos_emb`` (neox style, full rotary).
 
     q ``[B, Hq, S, D]``, k ``[B, Hk, S, D]`` (``unsqueeze_dim=1``) or ``[B, S, H, D]``
@@ -297,7 +304,8 @@ def qk_norm_rope(
     inplace: bool = False,
     return_rstd: bool = False,
     cos_sin_kind: Optional[Union[str, int]] = None,
-):
+) -> Union[Tuple[torch.Tensor, torch.Tensor],
+           Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]]:
     """Per-head RMSNorm of q and k followed by RoPE, in one pass (Qwen3, OLMo-2, Gemma-3):
     ``q_out = rope(rms_norm(q_head) * (q_weight + weight_offset))``, likewise for k, the
     normalised values kept in float32 between the two steps (one rounding per output element).

@@ -244,7 +244,7 @@ class RotaryEmbedding(nn.Module):
         offset: int = 0,
         seq_offsets: Optional[torch.Tensor] = None,
         inplace: bool = False,
-    ):
+    ) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
         return F_rn.rope(
             q,
             k,
@@ -397,7 +397,8 @@ class QKNormRoPE(nn.Module):
         seq_offsets: Optional[torch.Tensor] = None,
         inplace: bool = False,
         return_rstd: bool = False,
-    ):
+    ) -> Union[Tuple[torch.Tensor, torch.Tensor],
+               Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]]:
         if cos is None and sin is None and cos_sin_cache is None and inv_freq is None:
             cos_sin_cache = self.cos_sin_cache
             if cos_sin_cache is None:

@@ -1,0 +1,277 @@
+// The attention prologue of a Qwen3-style layer with ropenorm, forward and backward, as a
+// training step runs it:
+//   - q and k are views of the packed QKV projection output [T, (Hq + 2 Hk) * D] (no copies);
+//   - qk_norm_rope normalises every head vector with its own r, rotates it and writes the rotated
+//     q and k for attention, saving r for the backward, in one launch;
+//   - qk_norm_rope_backward takes the gradients arriving from attention and writes dq and dk
+//     straight into the packed gradient of QKV, with dwq and dwk reduced in a fixed order through
+//     a workspace the caller sizes with qk_norm_rope_backward_workspace_size (no allocation
+//     inside the library).
+// Float32 data keeps the host side short; bf16 and f16 tensors are passed the same way.
+//
+// It checks what it shows: both passes against a float64 evaluation of the headers' formulas
+// (from the same cos/sin table), the packed gradient's v third left alone, and dwq / dwk bitwise
+// equal over two backward runs. Exits 77 (CTest: skipped) when no CUDA device is usable.
+#include <cuda_runtime_api.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "ropenorm/qk_norm_rope.h"
+#include "ropenorm/qk_norm_rope_backward.h"
+#include "ropenorm/rope_cache.h"
+
+namespace {
+
+using ropenorm::Device;
+using ropenorm::DType;
+using ropenorm::TensorRef;
+
+constexpr int64_t T = 64, Hq = 8, Hk = 2, D = 128, P = 4096;  // P: cos/sin table rows
+constexpr int64_t kRow = (Hq + 2 * Hk) * D;                   // one token of packed QKV
+
+bool ok(const ropenorm::Status& st, const char* what) {
+  if (!st.ok()) std::fprintf(stderr, "%s: %s\n", what, st.message().c_str());
+  return st.ok();
+}
+
+bool ok(cudaError_t err, const char* what) {
+  if (err != cudaSuccess) std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(err));
+  return err == cudaSuccess;
+}
+
+/// Device memory freed at scope exit.
+struct DeviceBuffer {
+  explicit DeviceBuffer(size_t bytes) {
+    if (cudaMalloc(&ptr, bytes) != cudaSuccess) ptr = nullptr;
+  }
+  ~DeviceBuffer() { cudaFree(ptr); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  void* ptr = nullptr;
+  template <typename T_>
+  T_* as() const {
+    return static_cast<T_*>(ptr);
+  }
+};
+
+/// One head vector in float64, from the formulas in qk_norm_rope.h and qk_norm_rope_backward.h
+/// (NeoX pairs; the table's cos / sin at the token's position): the forward's output, and for
+/// the gradient g_out of that output, the head's dx and its terms of dw.
+struct HeadReference {
+  std::vector<double> out, dx, dw_terms;
+};
+
+HeadReference reference_head(const float* x, const float* w, const float* table_row, float eps,
+                             const float* g_out) {
+  double ss = 0.0;
+  for (int64_t d = 0; d < D; ++d) ss += double(x[d]) * x[d];
+  const double r = 1.0 / std::sqrt(ss / D + eps);
+  std::vector<double> xh(D), n(D), g_n(D);
+  for (int64_t d = 0; d < D; ++d) {
+    xh[d] = x[d] * r;
+    n[d] = xh[d] * w[d];
+  }
+  HeadReference ref{std::vector<double>(D), std::vector<double>(D), std::vector<double>(D)};
+  const int64_t h = D / 2;
+  for (int64_t i = 0; i < h; ++i) {
+    const double c = table_row[i], s = table_row[h + i];
+    ref.out[i] = n[i] * c - n[h + i] * s;  // the rotation
+    ref.out[h + i] = n[h + i] * c + n[i] * s;
+    g_n[i] = g_out[i] * c + g_out[h + i] * s;  // its transpose (sin negated)
+    g_n[h + i] = -g_out[i] * s + g_out[h + i] * c;
+  }
+  double mean = 0.0;  // mean over d of g * xh, with g = g_n * w
+  for (int64_t d = 0; d < D; ++d) mean += g_n[d] * w[d] * xh[d] / D;
+  for (int64_t d = 0; d < D; ++d) {
+    ref.dx[d] = r * (g_n[d] * w[d] - xh[d] * mean);
+    ref.dw_terms[d] = g_n[d] * xh[d];
+  }
+  return ref;
+}
+
+/// Largest |got - ref| / (1 + |ref|) so far.
+void track(double got, double ref, double* worst) {
+  const double e = std::fabs(got - ref) / (1.0 + std::fabs(ref));
+  if (!(e <= *worst)) *worst = e;  // a NaN sticks
+}
+
+}  // namespace
+
+int main() {
+  int devices = 0;
+  const cudaError_t count_err = cudaGetDeviceCount(&devices);
+  if (count_err != cudaSuccess || devices == 0) {
+    std::printf("no usable CUDA device: %s\n",
+                count_err != cudaSuccess ? cudaGetErrorString(count_err) : "device count 0");
+    return 77;
+  }
+  const Device dev = Device::cuda(0);
+
+  // The host side: inputs, weights, positions and the cos/sin table of Qwen3's rope parameters.
+  std::mt19937 gen(7);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> qkv(T * kRow), wq(D), wk(D), grad_q(T * Hq * D), grad_k(T * Hk * D);
+  for (auto* v : {&qkv, &wq, &wk, &grad_q, &grad_k}) {
+    for (float& x : *v) x = normal(gen);
+  }
+  std::vector<int64_t> positions(T);
+  for (int64_t t = 0; t < T; ++t) positions[t] = 1000 + 3 * t;  // any positions in [0, P)
+  ropenorm::RopeConfig cfg;
+  cfg.theta = 1000000.0;
+  cfg.rotary_dim = D;
+  std::vector<float> table(P * D);
+  if (!ok(ropenorm::build_rope_cache(cfg, P, DType::kFloat32, table.data()), "build_rope_cache")) {
+    return 1;
+  }
+
+  // Device buffers: packed QKV and its gradient, the rotated q and k, r per head, the weights
+  // and their gradients, the table and the positions.
+  const size_t f = sizeof(float);
+  DeviceBuffer d_qkv(qkv.size() * f), d_dqkv(qkv.size() * f), d_qrot(grad_q.size() * f),
+      d_krot(grad_k.size() * f), d_gq(grad_q.size() * f), d_gk(grad_k.size() * f), d_qr(T * Hq * f),
+      d_kr(T * Hk * f), d_wq(D * f), d_wk(D * f), d_dwq(D * f), d_dwk(D * f),
+      d_table(table.size() * f), d_pos(T * sizeof(int64_t));
+  for (const DeviceBuffer* b : {&d_qkv, &d_dqkv, &d_qrot, &d_krot, &d_gq, &d_gk, &d_qr, &d_kr,
+                                &d_wq, &d_wk, &d_dwq, &d_dwk, &d_table, &d_pos}) {
+    if (b->ptr == nullptr) {
+      ok(cudaErrorMemoryAllocation, "cudaMalloc");
+      return 1;
+    }
+  }
+  const auto up = [](const DeviceBuffer& to, const void* from, size_t bytes) {
+    return cudaMemcpy(to.ptr, from, bytes, cudaMemcpyHostToDevice);
+  };
+  cudaError_t err = up(d_qkv, qkv.data(), qkv.size() * f);
+  if (err == cudaSuccess) err = up(d_wq, wq.data(), D * f);
+  if (err == cudaSuccess) err = up(d_wk, wk.data(), D * f);
+  if (err == cudaSuccess) err = up(d_gq, grad_q.data(), grad_q.size() * f);
+  if (err == cudaSuccess) err = up(d_gk, grad_k.data(), grad_k.size() * f);
+  if (err == cudaSuccess) err = up(d_table, table.data(), table.size() * f);
+  if (err == cudaSuccess) err = up(d_pos, positions.data(), T * sizeof(int64_t));
+  if (!ok(err, "copying the inputs")) return 1;
+
+  // q and k as views of the packed buffer: [T, H, D] with a token stride of one packed row.
+  const TensorRef q(d_qkv.as<float>(), DType::kFloat32, {T, Hq, D}, {kRow, D, 1}, dev);
+  const TensorRef k(d_qkv.as<float>() + Hq * D, DType::kFloat32, {T, Hk, D}, {kRow, D, 1}, dev);
+  const TensorRef q_rot = TensorRef::contiguous(d_qrot.ptr, DType::kFloat32, {T, Hq, D}, dev);
+  const TensorRef k_rot = TensorRef::contiguous(d_krot.ptr, DType::kFloat32, {T, Hk, D}, dev);
+  const TensorRef q_rstd = TensorRef::contiguous(d_qr.ptr, DType::kFloat32, {T, Hq}, dev);
+  const TensorRef k_rstd = TensorRef::contiguous(d_kr.ptr, DType::kFloat32, {T, Hk}, dev);
+  const TensorRef w_q = TensorRef::contiguous(d_wq.ptr, DType::kFloat32, {D}, dev);
+  const TensorRef w_k = TensorRef::contiguous(d_wk.ptr, DType::kFloat32, {D}, dev);
+
+  ropenorm::RopePositions pos;
+  pos.positions = TensorRef::contiguous(d_pos.ptr, DType::kInt64, {T}, dev);
+  ropenorm::RopeCosSin cos_sin;
+  cos_sin.kind = ropenorm::CosSinKind::kCache;
+  cos_sin.cache = TensorRef::contiguous(d_table.ptr, DType::kFloat32, {P, D}, dev);
+  ropenorm::RopeParams rope_params;  // NeoX pairs (rotate_half), full rotary_dim
+  ropenorm::QkNormParams norm_params;
+  norm_params.eps = 1e-6f;
+
+  // Forward, out of place (the backward reads the forward's inputs), r saved.
+  if (!ok(ropenorm::qk_norm_rope(q, k, w_q, w_k, q_rot, k_rot, q_rstd, k_rstd, pos, cos_sin,
+                                 rope_params, norm_params),
+          "qk_norm_rope")) {
+    return 1;
+  }
+
+  // Backward: dq and dk land in the packed gradient of QKV. Its v third is not written here: it
+  // is filled with NaN first, and checked untouched below.
+  if (!ok(cudaMemset(d_dqkv.ptr, 0xFF, qkv.size() * f), "cudaMemset")) return 1;
+  const TensorRef dq_out = TensorRef::contiguous(d_gq.ptr, DType::kFloat32, {T, Hq, D}, dev);
+  const TensorRef dk_out = TensorRef::contiguous(d_gk.ptr, DType::kFloat32, {T, Hk, D}, dev);
+  const TensorRef dq(d_dqkv.as<float>(), DType::kFloat32, {T, Hq, D}, {kRow, D, 1}, dev);
+  const TensorRef dk(d_dqkv.as<float>() + Hq * D, DType::kFloat32, {T, Hk, D}, {kRow, D, 1}, dev);
+  const TensorRef dwq = TensorRef::contiguous(d_dwq.ptr, DType::kFloat32, {D}, dev);
+  const TensorRef dwk = TensorRef::contiguous(d_dwk.ptr, DType::kFloat32, {D}, dev);
+  const size_t ws_bytes = ropenorm::qk_norm_rope_backward_workspace_size(T, Hq, Hk, D);
+  DeviceBuffer d_ws(ws_bytes);
+  if (ws_bytes > 0 && d_ws.ptr == nullptr) {
+    ok(cudaErrorMemoryAllocation, "workspace");
+    return 1;
+  }
+  const TensorRef workspace =
+      TensorRef::contiguous(d_ws.ptr, DType::kFloat32, {static_cast<int64_t>(ws_bytes / f)}, dev);
+  std::vector<float> dw_runs[2];
+  for (std::vector<float>& dw : dw_runs) {
+    if (!ok(ropenorm::qk_norm_rope_backward(dq_out, dk_out, q, k, w_q, w_k, q_rstd, k_rstd, dq, dk,
+                                            dwq, dwk, workspace, pos, cos_sin, rope_params,
+                                            norm_params),
+            "qk_norm_rope_backward")) {
+      return 1;
+    }
+    dw.resize(2 * D);
+    err = cudaMemcpy(dw.data(), d_dwq.ptr, D * f, cudaMemcpyDeviceToHost);
+    if (err == cudaSuccess)
+      err = cudaMemcpy(dw.data() + D, d_dwk.ptr, D * f, cudaMemcpyDeviceToHost);
+    if (!ok(err, "reading dwq / dwk")) return 1;
+  }
+
+  // Everything against float64, head by head: q' and k', dq and dk in the packed gradient, the
+  // sums of dwq and dwk, and the v third of the packed gradient still NaN.
+  std::vector<float> q_out(grad_q.size()), k_out(grad_k.size()), dqkv(qkv.size());
+  err = cudaMemcpy(q_out.data(), d_qrot.ptr, q_out.size() * f, cudaMemcpyDeviceToHost);
+  if (err == cudaSuccess) {
+    err = cudaMemcpy(k_out.data(), d_krot.ptr, k_out.size() * f, cudaMemcpyDeviceToHost);
+  }
+  if (err == cudaSuccess) {
+    err = cudaMemcpy(dqkv.data(), d_dqkv.ptr, dqkv.size() * f, cudaMemcpyDeviceToHost);
+  }
+  if (!ok(err, "reading the results")) return 1;
+  double worst_fwd = 0.0, worst_dx = 0.0, worst_dw = 0.0;
+  std::vector<double> dw_sum(2 * D, 0.0), dw_abs(2 * D, 0.0);
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t h = 0; h < Hq + Hk; ++h) {
+      const bool is_q = h < Hq;
+      const int64_t head = is_q ? t * Hq + h : t * Hk + (h - Hq);
+      const HeadReference ref =
+          reference_head(qkv.data() + t * kRow + h * D, is_q ? wq.data() : wk.data(),
+                         table.data() + positions[t] * D, norm_params.eps,
+                         is_q ? grad_q.data() + head * D : grad_k.data() + head * D);
+      const float* out = is_q ? q_out.data() + head * D : k_out.data() + head * D;
+      const float* dx = dqkv.data() + t * kRow + h * D;
+      for (int64_t d = 0; d < D; ++d) {
+        track(out[d], ref.out[d], &worst_fwd);
+        track(dx[d], ref.dx[d], &worst_dx);
+        dw_sum[(is_q ? 0 : D) + d] += ref.dw_terms[d];
+        dw_abs[(is_q ? 0 : D) + d] += std::fabs(ref.dw_terms[d]);
+      }
+    }
+  }
+  for (int64_t d = 0; d < 2 * D; ++d) {  // fp32 sums: error relative to the sum of |terms|
+    const double e = std::fabs(dw_runs[1][d] - dw_sum[d]) / (1.0 + dw_abs[d]);
+    if (!(e <= worst_dw)) worst_dw = e;
+  }
+  bool v_untouched = true;
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t j = (Hq + Hk) * D; j < kRow; ++j) {
+      uint32_t bits = 0;
+      std::memcpy(&bits, &dqkv[t * kRow + j], sizeof bits);
+      v_untouched = v_untouched && bits == 0xFFFFFFFFu;
+    }
+  }
+  // fp32 arithmetic: q', k', dq and dk within a few ulps of their values (1e-5 leaves room); dwq
+  // and dwk sums of T * H terms within fp32's summation bound, (terms + a few) ulps of the sum
+  // of |terms|. A wrong or missing element is off by about its own size.
+  const double dw_tolerance = double(T * Hq + 4) * std::ldexp(1.0, -24);
+  const bool forward_ok = worst_fwd <= 1e-5;
+  const bool backward_ok = worst_dx <= 1e-5 && worst_dw <= dw_tolerance && v_untouched;
+  const bool deterministic = std::memcmp(dw_runs[0].data(), dw_runs[1].data(), 2 * D * f) == 0;
+  std::printf("qk_norm_rope: T=%lld Hq=%lld Hk=%lld D=%lld f32, worst error against float64 %.3g\n",
+              static_cast<long long>(T), static_cast<long long>(Hq), static_cast<long long>(Hk),
+              static_cast<long long>(D), worst_fwd);
+  std::printf(
+      "qk_norm_rope_backward: worst error of dq / dk %.3g, of dwq / dwk %.3g; v's gradient "
+      "untouched: %s; dwq / dwk bitwise equal over two runs: %s; workspace %zu bytes\n",
+      worst_dx, worst_dw, v_untouched ? "yes" : "NO", deterministic ? "yes" : "NO", ws_bytes);
+  const bool passed = forward_ok && backward_ok && deterministic;
+  std::printf("%s\n", passed ? "passed" : "FAILED");
+  return passed ? 0 : 1;
+}
