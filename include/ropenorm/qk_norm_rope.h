@@ -24,8 +24,9 @@ struct QkNormParams {
 ///       n[d] = x[d] * r * (w[d] + o)                                   (fp32, not rounded)
 ///       out  = rope(n)   exactly as ropenorm::rope rotates (pairs, styles, rotary_dim R,
 ///                        inverse, cos/sin sources, positions); channels R .. D-1 are n[d]
-///     each output element is rounded once to the output dtype; r is stored (fp32) to q_rstd /
-///     k_rstd when present, for the backward pass.
+///
+/// Each output element is rounded once to the output dtype; r is stored (fp32) to q_rstd /
+/// k_rstd when present, for the backward pass.
 ///
 /// @param q, k        [T, H, D] or [B, S, H, D] (Hq, Hk heads), f32/f16/bf16 (the same), last
 ///                    dim contiguous, any other strides (views of a packed QKV buffer), D even in

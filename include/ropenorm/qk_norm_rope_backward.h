@@ -35,8 +35,9 @@ size_t qk_norm_rope_backward_workspace_size(int64_t tokens, int64_t hq, int64_t 
 ///       g    = g_n * (w + o)
 ///       dx   = r * (g - xh * mean_d(g * xh))                          (rounded once to dq's dtype)
 ///       dw[d] = sum over all tokens and heads of g_n[d] * xh[d]        (q heads -> dwq, k -> dwk)
-///     all in fp32. dw is reduced in a fixed order (per-block fp32 partials into `workspace`, then
-///     a column sum in block order; no atomics): bitwise the same from run to run on one device.
+///
+/// All in fp32. dw is reduced in a fixed order (per-block fp32 partials into `workspace`, then a
+/// column sum in block order; no atomics): bitwise the same from run to run on one device.
 ///
 /// @param dq_out, dk_out  gradients of the forward's outputs: q's / k's shape and dtype, last dim
 ///                    contiguous, any other strides.

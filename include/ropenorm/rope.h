@@ -49,9 +49,12 @@ enum class CosSinKind : int {
   /// Duplicated halves as for kHfCosSin. Positions are not used and must be absent.
   kHfCosSinGathered = 2,
   /// Computed in the kernel from `inv_freq` [h] (f32, contiguous) and `attention_scaling`:
-  ///   angle_i = fl32(fl32(p) * inv_freq[i]),  sincosf(angle_i) (the accurate library function,
-  ///   not the __sincosf intrinsic), c_i and s_i multiplied by attention_scaling in fp32.
-  /// This is how Hugging Face forms the angle, and it loses accuracy at large positions: the fp32
+  ///
+  ///     angle_i = fl32(fl32(p) * inv_freq[i]),  sincosf(angle_i)
+  ///
+  /// (sincosf: the accurate library function, not the __sincosf intrinsic), c_i and s_i
+  /// multiplied by attention_scaling in fp32. This is how Hugging Face forms the angle, and it
+  /// loses accuracy at large positions: the fp32
   /// product keeps 24 bits, so past about 1e5 the angle's absolute error (up to half an fp32 ulp
   /// of p * inv_freq[i], 2^-7 rad at p * inv_freq = 2^17) is visible in cos and sin. The kCache
   /// source built by build_rope_cache takes the exact angle in float64 and has no such loss.

@@ -171,6 +171,7 @@ Status rope_inv_freq(const RopeConfig& config, std::vector<double>* inv_freq,
 ///  - inv_freq built on a CUDA device: there torch turns `tensor / scalar` into
 ///    tensor * fl(1 / scalar), which differs from the division when 1 / scalar is inexact (R not
 ///    a power of two in e_i, or factor not a power of two).
+///
 /// Measured against transformers 5.17 on torch 2.11 (30 configs of all five types, 1704 values):
 /// built on the CPU, 1694 agree bit for bit and 10 differ by one ulp (two once, after a division
 /// by 3), each where the exact power lies within 0.02 ulp of a float32 rounding midpoint; built

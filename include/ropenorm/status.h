@@ -1,8 +1,11 @@
 /// @file
 /// ropenorm public error type.
 ///
-/// Every entry point returns a Status. A failed Status carries a message that names the op, the
-/// argument, what was expected and what was received; when a call fails, no output was written.
+/// Every operation returns a Status. A failed Status carries a message that names the op and, for
+/// an argument error, the argument, what was expected and what was received. Arguments are
+/// validated before anything is launched, so a call that fails validation (invalid_argument, or
+/// unsupported for a well-formed call the library does not serve) wrote nothing; a device_error
+/// (a CUDA runtime error) can come from a launch after earlier launches of the same call.
 #pragma once
 
 #include <string>
@@ -21,8 +24,8 @@ enum class StatusCode : int {
 /// "ok", "invalid_argument", "unsupported", "device_error".
 const char* status_code_name(StatusCode code);
 
-/// The result of every ropenorm operation: ok, or a code and a message that starts with the op's
-/// name (for an argument error it names the argument, what was expected and what was received).
+/// The result of every ropenorm operation: ok, or a code and a message that names the op (for an
+/// argument error also the argument, what was expected and what was received).
 class Status {
  public:
   Status() = default;
@@ -35,7 +38,7 @@ class Status {
   bool ok() const { return code_ == StatusCode::kOk; }
   /// kOk, or the kind of failure.
   StatusCode code() const { return code_; }
-  /// Empty on success; otherwise the op's name, a colon and the failure (see the class comment).
+  /// Empty on success; otherwise the failure, as the class comment says.
   const std::string& message() const { return message_; }
 
  private:

@@ -33,7 +33,7 @@ enum class DeviceType : int { kCPU = 0, kCUDA = 1 };
 /// Where a tensor's memory lives: kCPU, or kCUDA with a device ordinal.
 struct Device {
   DeviceType type = DeviceType::kCUDA;  ///< Host or CUDA device.
-  int index = 0;                        ///< The CUDA device ordinal (unused for the host).
+  int index = 0;  ///< The CUDA device ordinal; 0 for the host (Device::cpu()).
   /// The host.
   static Device cpu() { return Device{DeviceType::kCPU, 0}; }
   /// CUDA device `index`.
