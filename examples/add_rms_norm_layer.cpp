@@ -1,0 +1,220 @@
+// The residual add + RMSNorm in front of a transformer sublayer, in bf16, forward and backward,
+// as a training step runs it:
+//   - add_rms_norm adds the sublayer input x to the residual stream in place (s = x + residual,
+//     rounded once to bf16) and normalises s, saving r for the backward, in one launch;
+//   - add_rms_norm_backward takes dy (from the sublayer) and ds (arriving through the residual
+//     stream) and writes one gradient, dx, which is the gradient of both x and the residual
+//     (they share a dtype), and dw, reduced in a fixed order through a workspace the caller sizes
+//     with rms_norm_backward_workspace_size.
+//
+// It checks what it shows against float64 evaluations of the header's formulas: s bit for bit
+// (the fp32 sum rounded once to bf16), y and dx to 2 bf16 ulps, dw to its bf16 rounding plus fp32's
+// summation bound, dw bitwise over two backward runs. Exits 77 (CTest: skipped) when no CUDA
+// device is usable.
+#include <cuda_runtime_api.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "ropenorm/rms_norm.h"
+#include "ropenorm/rms_norm_backward.h"
+
+namespace {
+
+using ropenorm::Device;
+using ropenorm::DType;
+using ropenorm::TensorRef;
+
+constexpr int64_t M = 37, N = 2048;  // tokens, hidden size
+
+/// bf16 bits of v rounded to float, then to bf16 (nearest even each time; finite values): for the
+/// exact sum of two bf16 values, the fp32 sum rounded once to bf16, as the kernel forms s.
+uint16_t to_bf16(double v) {
+  const float f = static_cast<float>(v);
+  uint32_t u = 0;
+  std::memcpy(&u, &f, sizeof u);
+  u += 0x7FFFu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+
+double from_bf16(uint16_t b) {
+  const uint32_t u = static_cast<uint32_t>(b) << 16;
+  float f = 0.0f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+/// Device memory freed at scope exit.
+struct DeviceBuffer {
+  explicit DeviceBuffer(size_t bytes) {
+    if (cudaMalloc(&ptr, bytes) != cudaSuccess) ptr = nullptr;
+  }
+  ~DeviceBuffer() { cudaFree(ptr); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  void* ptr = nullptr;
+};
+
+bool ok(const ropenorm::Status& st, const char* what) {
+  if (!st.ok()) std::fprintf(stderr, "%s: %s\n", what, st.message().c_str());
+  return st.ok();
+}
+
+bool ok(cudaError_t err, const char* what) {
+  if (err != cudaSuccess) std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(err));
+  return err == cudaSuccess;
+}
+
+/// |got - ref| within k bf16 ulps of ref (2^-8 relative each) plus an absolute floor.
+bool near(double got, double ref, double k, double floor) {
+  return std::fabs(got - ref) <= k * std::ldexp(std::fabs(ref), -8) + floor;  // false for NaN
+}
+
+/// The inputs, as bf16 bits.
+struct Inputs {
+  const std::vector<uint16_t>& x;
+  const std::vector<uint16_t>& res;
+  const std::vector<uint16_t>& w;
+  const std::vector<uint16_t>& dy;
+  const std::vector<uint16_t>& ds;
+};
+
+/// The results against float64 evaluations of the header's formulas, row by row; prints a
+/// summary and returns whether everything is within its bound.
+bool check(const Inputs& in, const std::vector<uint16_t>& s, const std::vector<uint16_t>& y,
+           const std::vector<uint16_t>& dx, const std::vector<uint16_t> (&dw_runs)[2], float eps) {
+  const auto& x = in.x;
+  const auto& res = in.res;
+  const auto& w = in.w;
+  const auto& dy = in.dy;
+  const auto& ds = in.ds;
+  int64_t s_bad = 0, y_bad = 0, dx_bad = 0, dw_bad = 0;
+  std::vector<double> dw_sum(N, 0.0), dw_abs(N, 0.0);
+  for (int64_t m = 0; m < M; ++m) {
+    std::vector<double> sv(N);
+    double ss = 0.0;
+    for (int64_t n = 0; n < N; ++n) {
+      const size_t i = m * N + n;
+      // s = bf16(fp32(x + residual)): the header's rounding, so bit for bit.
+      if (s[i] != to_bf16(from_bf16(x[i]) + from_bf16(res[i]))) ++s_bad;
+      sv[n] = from_bf16(s[i]);
+      ss += sv[n] * sv[n];
+    }
+    const double r = 1.0 / std::sqrt(ss / N + eps);
+    double mean = 0.0;  // mean over n of g * xh, g = dy * w, xh = s * r
+    for (int64_t n = 0; n < N; ++n) mean += from_bf16(dy[m * N + n]) * from_bf16(w[n]) * sv[n] * r;
+    mean /= N;
+    for (int64_t n = 0; n < N; ++n) {
+      const size_t i = m * N + n;
+      const double xh = sv[n] * r, g = from_bf16(dy[i]) * from_bf16(w[n]);
+      if (!near(from_bf16(y[i]), xh * from_bf16(w[n]), 2, 1e-6)) ++y_bad;
+      if (!near(from_bf16(dx[i]), r * (g - xh * mean) + from_bf16(ds[i]), 2, 1e-5)) ++dx_bad;
+      dw_sum[n] += from_bf16(dy[i]) * xh;
+      dw_abs[n] += std::fabs(from_bf16(dy[i]) * xh);
+    }
+  }
+  for (int64_t n = 0; n < N; ++n) {  // bf16 rounding of an fp32 sum of M terms
+    if (!near(from_bf16(dw_runs[1][n]), dw_sum[n], 1, (M + 16) * std::ldexp(dw_abs[n], -24))) {
+      ++dw_bad;
+    }
+  }
+  const bool deterministic = dw_runs[0] == dw_runs[1];
+  std::printf("add_rms_norm: M=%lld N=%lld bf16; elements off: s %lld (bitwise), y %lld\n",
+              static_cast<long long>(M), static_cast<long long>(N), static_cast<long long>(s_bad),
+              static_cast<long long>(y_bad));
+  std::printf(
+      "add_rms_norm_backward: elements off: dx %lld, dw %lld; dw bitwise equal over two "
+      "runs: %s\n",
+      static_cast<long long>(dx_bad), static_cast<long long>(dw_bad), deterministic ? "yes" : "NO");
+  const bool passed = s_bad + y_bad + dx_bad + dw_bad == 0 && deterministic;
+  std::printf("%s\n", passed ? "passed" : "FAILED");
+  return passed;
+}
+
+}  // namespace
+
+int main() {
+  int devices = 0;
+  const cudaError_t count_err = cudaGetDeviceCount(&devices);
+  if (count_err != cudaSuccess || devices == 0) {
+    std::printf("no usable CUDA device: %s\n",
+                count_err != cudaSuccess ? cudaGetErrorString(count_err) : "device count 0");
+    return 77;
+  }
+  const Device dev = Device::cuda(0);
+  const size_t rows = M * N, b = sizeof(uint16_t);
+
+  // bf16 host data: the sublayer input, the residual stream, the weight and the two gradients.
+  std::mt19937 gen(11);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  std::vector<uint16_t> x(rows), res(rows), w(N), dy(rows), ds(rows);
+  for (auto* v : {&x, &res, &dy, &ds}) {
+    for (uint16_t& e : *v) e = to_bf16(static_cast<float>(normal(gen)));
+  }
+  for (uint16_t& e : w) e = to_bf16(static_cast<float>(1.0 + 0.1 * normal(gen)));
+
+  DeviceBuffer d_x(rows * b), d_res(rows * b), d_w(N * b), d_y(rows * b), d_rstd(M * 4),
+      d_dy(rows * b), d_ds(rows * b), d_dx(rows * b), d_dw(N * b);
+  for (const DeviceBuffer* p : {&d_x, &d_res, &d_w, &d_y, &d_rstd, &d_dy, &d_ds, &d_dx, &d_dw}) {
+    if (p->ptr == nullptr) {
+      ok(cudaErrorMemoryAllocation, "cudaMalloc");
+      return 1;
+    }
+  }
+  cudaError_t err = cudaMemcpy(d_x.ptr, x.data(), rows * b, cudaMemcpyHostToDevice);
+  if (err == cudaSuccess) err = cudaMemcpy(d_res.ptr, res.data(), rows * b, cudaMemcpyHostToDevice);
+  if (err == cudaSuccess) err = cudaMemcpy(d_w.ptr, w.data(), N * b, cudaMemcpyHostToDevice);
+  if (err == cudaSuccess) err = cudaMemcpy(d_dy.ptr, dy.data(), rows * b, cudaMemcpyHostToDevice);
+  if (err == cudaSuccess) err = cudaMemcpy(d_ds.ptr, ds.data(), rows * b, cudaMemcpyHostToDevice);
+  if (!ok(err, "copying the inputs")) return 1;
+
+  const auto bf16 = [&](const DeviceBuffer& p, std::initializer_list<int64_t> sizes) {
+    return TensorRef::contiguous(p.ptr, DType::kBFloat16, sizes, dev);
+  };
+  const TensorRef tx = bf16(d_x, {M, N}), tres = bf16(d_res, {M, N}), tw = bf16(d_w, {N}),
+                  ty = bf16(d_y, {M, N}), tdy = bf16(d_dy, {M, N}), tds = bf16(d_ds, {M, N}),
+                  tdx = bf16(d_dx, {M, N}), tdw = bf16(d_dw, {N});
+  const TensorRef trstd = TensorRef::contiguous(d_rstd.ptr, DType::kFloat32, {M}, dev);
+
+  // Forward: residual <- s = x + residual (in place), y = rms_norm(s), r saved.
+  ropenorm::RmsNormParams p;
+  p.eps = 1e-5f;
+  if (!ok(ropenorm::add_rms_norm(tx, tres, tw, ty, /*residual_out=*/tres, trstd, p),
+          "add_rms_norm")) {
+    return 1;
+  }
+
+  // Backward: one gradient for x and the residual (dresidual absent), dw through the workspace.
+  const size_t ws_bytes = ropenorm::rms_norm_backward_workspace_size(M, N);
+  DeviceBuffer d_ws(ws_bytes);
+  if (ws_bytes > 0 && d_ws.ptr == nullptr) {
+    ok(cudaErrorMemoryAllocation, "workspace");
+    return 1;
+  }
+  const TensorRef ws =
+      TensorRef::contiguous(d_ws.ptr, DType::kFloat32, {static_cast<int64_t>(ws_bytes / 4)}, dev);
+  ropenorm::RmsNormBackwardParams bp;
+  bp.eps = p.eps;
+  std::vector<uint16_t> dw_runs[2];
+  for (std::vector<uint16_t>& dw : dw_runs) {
+    if (!ok(ropenorm::add_rms_norm_backward(tdy, tds, /*s=*/tres, tw, trstd, tdx,
+                                            /*dresidual=*/TensorRef(), tdw, ws, bp),
+            "add_rms_norm_backward")) {
+      return 1;
+    }
+    dw.resize(N);
+    if (!ok(cudaMemcpy(dw.data(), d_dw.ptr, N * b, cudaMemcpyDeviceToHost), "reading dw")) return 1;
+  }
+  std::vector<uint16_t> s(rows), y(rows), dx(rows);
+  err = cudaMemcpy(s.data(), d_res.ptr, rows * b, cudaMemcpyDeviceToHost);
+  if (err == cudaSuccess) err = cudaMemcpy(y.data(), d_y.ptr, rows * b, cudaMemcpyDeviceToHost);
+  if (err == cudaSuccess) err = cudaMemcpy(dx.data(), d_dx.ptr, rows * b, cudaMemcpyDeviceToHost);
+  if (!ok(err, "reading the results")) return 1;
+
+  std::printf("workspace: %zu bytes\n", ws_bytes);
+  return check({x, res, w, dy, ds}, s, y, dx, dw_runs, p.eps) ? 0 : 1;
+}
