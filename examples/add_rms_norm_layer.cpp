@@ -20,11 +20,14 @@
 #include <random>
 #include <vector>
 
+#include "example_support.h"
 #include "ropenorm/rms_norm.h"
 #include "ropenorm/rms_norm_backward.h"
 
 namespace {
 
+using example::DeviceBuffer;
+using example::ok;
 using ropenorm::Device;
 using ropenorm::DType;
 using ropenorm::TensorRef;
@@ -46,27 +49,6 @@ double from_bf16(uint16_t b) {
   float f = 0.0f;
   std::memcpy(&f, &u, sizeof f);
   return f;
-}
-
-/// Device memory freed at scope exit.
-struct DeviceBuffer {
-  explicit DeviceBuffer(size_t bytes) {
-    if (cudaMalloc(&ptr, bytes) != cudaSuccess) ptr = nullptr;
-  }
-  ~DeviceBuffer() { cudaFree(ptr); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  void* ptr = nullptr;
-};
-
-bool ok(const ropenorm::Status& st, const char* what) {
-  if (!st.ok()) std::fprintf(stderr, "%s: %s\n", what, st.message().c_str());
-  return st.ok();
-}
-
-bool ok(cudaError_t err, const char* what) {
-  if (err != cudaSuccess) std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(err));
-  return err == cudaSuccess;
 }
 
 /// |got - ref| within k bf16 ulps of ref (2^-8 relative each) plus an absolute floor.
@@ -138,13 +120,7 @@ bool check(const Inputs& in, const std::vector<uint16_t>& s, const std::vector<u
 }  // namespace
 
 int main() {
-  int devices = 0;
-  const cudaError_t count_err = cudaGetDeviceCount(&devices);
-  if (count_err != cudaSuccess || devices == 0) {
-    std::printf("no usable CUDA device: %s\n",
-                count_err != cudaSuccess ? cudaGetErrorString(count_err) : "device count 0");
-    return 77;
-  }
+  if (!example::device_usable()) return example::kSkipped;
   const Device dev = Device::cuda(0);
   const size_t rows = M * N, b = sizeof(uint16_t);
 
@@ -160,10 +136,7 @@ int main() {
   DeviceBuffer d_x(rows * b), d_res(rows * b), d_w(N * b), d_y(rows * b), d_rstd(M * 4),
       d_dy(rows * b), d_ds(rows * b), d_dx(rows * b), d_dw(N * b);
   for (const DeviceBuffer* p : {&d_x, &d_res, &d_w, &d_y, &d_rstd, &d_dy, &d_ds, &d_dx, &d_dw}) {
-    if (p->ptr == nullptr) {
-      ok(cudaErrorMemoryAllocation, "cudaMalloc");
-      return 1;
-    }
+    if (!ok(p->error, "cudaMalloc")) return 1;
   }
   cudaError_t err = cudaMemcpy(d_x.ptr, x.data(), rows * b, cudaMemcpyHostToDevice);
   if (err == cudaSuccess) err = cudaMemcpy(d_res.ptr, res.data(), rows * b, cudaMemcpyHostToDevice);
@@ -191,10 +164,7 @@ int main() {
   // Backward: one gradient for x and the residual (dresidual absent), dw through the workspace.
   const size_t ws_bytes = ropenorm::rms_norm_backward_workspace_size(M, N);
   DeviceBuffer d_ws(ws_bytes);
-  if (ws_bytes > 0 && d_ws.ptr == nullptr) {
-    ok(cudaErrorMemoryAllocation, "workspace");
-    return 1;
-  }
+  if (!ok(d_ws.error, "allocating the workspace")) return 1;
   const TensorRef ws =
       TensorRef::contiguous(d_ws.ptr, DType::kFloat32, {static_cast<int64_t>(ws_bytes / 4)}, dev);
   ropenorm::RmsNormBackwardParams bp;

@@ -22,43 +22,21 @@
 #include <string>
 #include <vector>
 
+#include "example_support.h"
 #include "ropenorm/qk_norm_rope.h"
 #include "ropenorm/qk_norm_rope_backward.h"
 #include "ropenorm/rope_cache.h"
 
 namespace {
 
+using example::DeviceBuffer;
+using example::ok;
 using ropenorm::Device;
 using ropenorm::DType;
 using ropenorm::TensorRef;
 
 constexpr int64_t T = 64, Hq = 8, Hk = 2, D = 128, P = 4096;  // P: cos/sin table rows
 constexpr int64_t kRow = (Hq + 2 * Hk) * D;                   // one token of packed QKV
-
-bool ok(const ropenorm::Status& st, const char* what) {
-  if (!st.ok()) std::fprintf(stderr, "%s: %s\n", what, st.message().c_str());
-  return st.ok();
-}
-
-bool ok(cudaError_t err, const char* what) {
-  if (err != cudaSuccess) std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(err));
-  return err == cudaSuccess;
-}
-
-/// Device memory freed at scope exit.
-struct DeviceBuffer {
-  explicit DeviceBuffer(size_t bytes) {
-    if (cudaMalloc(&ptr, bytes) != cudaSuccess) ptr = nullptr;
-  }
-  ~DeviceBuffer() { cudaFree(ptr); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  void* ptr = nullptr;
-  template <typename T_>
-  T_* as() const {
-    return static_cast<T_*>(ptr);
-  }
-};
 
 /// One head vector in float64, from the formulas in qk_norm_rope.h and qk_norm_rope_backward.h
 /// (NeoX pairs over all D channels, R = D, as this program calls it; the table's cos / sin at the
@@ -105,13 +83,7 @@ void track(double got, double ref, double* worst) {
 }  // namespace
 
 int main() {
-  int devices = 0;
-  const cudaError_t count_err = cudaGetDeviceCount(&devices);
-  if (count_err != cudaSuccess || devices == 0) {
-    std::printf("no usable CUDA device: %s\n",
-                count_err != cudaSuccess ? cudaGetErrorString(count_err) : "device count 0");
-    return 77;
-  }
+  if (!example::device_usable()) return example::kSkipped;
   const Device dev = Device::cuda(0);
 
   // The host side: inputs, weights, positions and the cos/sin table of Qwen3's rope parameters.
@@ -140,10 +112,7 @@ int main() {
       d_table(table.size() * f), d_pos(T * sizeof(int64_t));
   for (const DeviceBuffer* b : {&d_qkv, &d_dqkv, &d_qrot, &d_krot, &d_gq, &d_gk, &d_qr, &d_kr,
                                 &d_wq, &d_wk, &d_dwq, &d_dwk, &d_table, &d_pos}) {
-    if (b->ptr == nullptr) {
-      ok(cudaErrorMemoryAllocation, "cudaMalloc");
-      return 1;
-    }
+    if (!ok(b->error, "cudaMalloc")) return 1;
   }
   const auto up = [](const DeviceBuffer& to, const void* from, size_t bytes) {
     return cudaMemcpy(to.ptr, from, bytes, cudaMemcpyHostToDevice);
@@ -194,10 +163,7 @@ int main() {
   const TensorRef dwk = TensorRef::contiguous(d_dwk.ptr, DType::kFloat32, {D}, dev);
   const size_t ws_bytes = ropenorm::qk_norm_rope_backward_workspace_size(T, Hq, Hk, D);
   DeviceBuffer d_ws(ws_bytes);
-  if (ws_bytes > 0 && d_ws.ptr == nullptr) {
-    ok(cudaErrorMemoryAllocation, "workspace");
-    return 1;
-  }
+  if (!ok(d_ws.error, "allocating the workspace")) return 1;
   const TensorRef workspace =
       TensorRef::contiguous(d_ws.ptr, DType::kFloat32, {static_cast<int64_t>(ws_bytes / f)}, dev);
   std::vector<float> dw_runs[2];
