@@ -36,10 +36,12 @@ inline bool device_usable() {
   return false;
 }
 
-/// Device memory of `bytes` bytes, freed at scope exit; ptr is null when cudaMalloc failed (error
-/// holds why).
+/// Device memory of `bytes` bytes, freed at scope exit; ptr is null when bytes is 0 or cudaMalloc
+/// failed (error then holds why).
 struct DeviceBuffer {
-  explicit DeviceBuffer(std::size_t bytes) : error(cudaMalloc(&ptr, bytes)) {
+  explicit DeviceBuffer(std::size_t bytes) {
+    if (bytes == 0) return;
+    error = cudaMalloc(&ptr, bytes);
     if (error != cudaSuccess) ptr = nullptr;
   }
   ~DeviceBuffer() { cudaFree(ptr); }
@@ -51,7 +53,7 @@ struct DeviceBuffer {
     return static_cast<T*>(ptr);
   }
   void* ptr = nullptr;
-  cudaError_t error;
+  cudaError_t error = cudaSuccess;
 };
 
 }  // namespace example

@@ -10,8 +10,9 @@
 // Float32 data keeps the host side short; bf16 and f16 tensors are passed the same way.
 //
 // It checks what it shows: both passes against a float64 evaluation of the headers' formulas
-// (from the same cos/sin table), the packed gradient's v third left alone, and dwq / dwk bitwise
-// equal over two backward runs. Exits 77 (CTest: skipped) when no CUDA device is usable.
+// (from the same cos/sin table), every output poisoned before the call that writes it, the packed
+// gradient's v third left alone, and dwq / dwk bitwise equal over two backward runs. Exits 77
+// (CTest: skipped) when no CUDA device is usable.
 #include <cuda_runtime_api.h>
 
 #include <cmath>
@@ -145,6 +146,16 @@ int main() {
   ropenorm::QkNormParams norm_params;
   norm_params.eps = 1e-6f;
 
+  // Every output is poisoned (NaN) before the call that writes it: an element left unwritten
+  // fails the checks below.
+  const auto poison = [](const DeviceBuffer& b, size_t bytes) {
+    return ok(cudaMemset(b.ptr, 0xFF, bytes), "cudaMemset");
+  };
+  if (!poison(d_qrot, grad_q.size() * f) || !poison(d_krot, grad_k.size() * f) ||
+      !poison(d_qr, T * Hq * f) || !poison(d_kr, T * Hk * f)) {
+    return 1;
+  }
+
   // Forward, out of place (the backward reads the forward's inputs), r saved.
   if (!ok(ropenorm::qk_norm_rope(q, k, w_q, w_k, q_rot, k_rot, q_rstd, k_rstd, pos, cos_sin,
                                  rope_params, norm_params),
@@ -153,8 +164,7 @@ int main() {
   }
 
   // Backward: dq and dk land in the packed gradient of QKV. Its v third is not written here: it
-  // is filled with NaN first, and checked untouched below.
-  if (!ok(cudaMemset(d_dqkv.ptr, 0xFF, qkv.size() * f), "cudaMemset")) return 1;
+  // is poisoned with the rest before each run, and checked untouched below.
   const TensorRef dq_out = TensorRef::contiguous(d_gq.ptr, DType::kFloat32, {T, Hq, D}, dev);
   const TensorRef dk_out = TensorRef::contiguous(d_gk.ptr, DType::kFloat32, {T, Hk, D}, dev);
   const TensorRef dq(d_dqkv.as<float>(), DType::kFloat32, {T, Hq, D}, {kRow, D, 1}, dev);
@@ -168,6 +178,7 @@ int main() {
       TensorRef::contiguous(d_ws.ptr, DType::kFloat32, {static_cast<int64_t>(ws_bytes / f)}, dev);
   std::vector<float> dw_runs[2];
   for (std::vector<float>& dw : dw_runs) {
+    if (!poison(d_dqkv, qkv.size() * f) || !poison(d_dwq, D * f) || !poison(d_dwk, D * f)) return 1;
     if (!ok(ropenorm::qk_norm_rope_backward(dq_out, dk_out, q, k, w_q, w_k, q_rstd, k_rstd, dq, dk,
                                             dwq, dwk, workspace, pos, cos_sin, rope_params,
                                             norm_params),

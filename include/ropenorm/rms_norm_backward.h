@@ -86,7 +86,7 @@ Status rms_norm_backward(const TensorRef& dy, const TensorRef& x, const TensorRe
 ///     dw as above, with xh = s * r.
 ///
 /// @param dy         [..., N] f32/f16/bf16: gradient of y.
-/// @param ds         same shape, f32/f16/bf16: gradient arriving through the returned s; or
+/// @param ds         same shape and dtype as s: gradient arriving through the returned s; or
 ///                   absent (0).
 /// @param s          same shape, f32/f16/bf16: the saved sum (the forward's residual_out).
 /// @param weight     as for rms_norm_backward.
