@@ -146,11 +146,11 @@ int main() {
   for (const DeviceBuffer* p : {&d_x, &d_res, &d_w, &d_y, &d_rstd, &d_dy, &d_ds, &d_dx, &d_dw}) {
     if (!ok(p->error, "cudaMalloc")) return 1;
   }
-  cudaError_t err = cudaMemcpy(d_x.ptr, x.data(), rows * b, cudaMemcpyHostToDevice);
-  if (err == cudaSuccess) err = cudaMemcpy(d_res.ptr, res.data(), rows * b, cudaMemcpyHostToDevice);
-  if (err == cudaSuccess) err = cudaMemcpy(d_w.ptr, w.data(), N * b, cudaMemcpyHostToDevice);
-  if (err == cudaSuccess) err = cudaMemcpy(d_dy.ptr, dy.data(), rows * b, cudaMemcpyHostToDevice);
-  if (err == cudaSuccess) err = cudaMemcpy(d_ds.ptr, ds.data(), rows * b, cudaMemcpyHostToDevice);
+  cudaError_t err = d_x.upload(x);
+  if (err == cudaSuccess) err = d_res.upload(res);
+  if (err == cudaSuccess) err = d_w.upload(w);
+  if (err == cudaSuccess) err = d_dy.upload(dy);
+  if (err == cudaSuccess) err = d_ds.upload(ds);
   if (!ok(err, "copying the inputs")) return 1;
 
   const auto bf16 = [&](const DeviceBuffer& p, std::initializer_list<int64_t> sizes) {
@@ -163,10 +163,7 @@ int main() {
 
   // Every output is poisoned (NaN) before the call that writes it: an element left unwritten
   // fails the checks below.
-  const auto poison = [](const DeviceBuffer& p, size_t bytes) {
-    return ok(cudaMemset(p.ptr, 0xFF, bytes), "cudaMemset");
-  };
-  if (!poison(d_y, rows * b) || !poison(d_rstd, M * 4)) return 1;
+  if (!ok(d_y.poison(), "cudaMemset") || !ok(d_rstd.poison(), "cudaMemset")) return 1;
 
   // Forward: residual <- s = x + residual (in place), y = rms_norm(s), r saved.
   ropenorm::RmsNormParams p;
@@ -186,21 +183,20 @@ int main() {
   bp.eps = p.eps;
   std::vector<uint16_t> dw_runs[2];
   for (std::vector<uint16_t>& dw : dw_runs) {
-    if (!poison(d_dx, rows * b) || !poison(d_dw, N * b)) return 1;
+    if (!ok(d_dx.poison(), "cudaMemset") || !ok(d_dw.poison(), "cudaMemset")) return 1;
     if (!ok(ropenorm::add_rms_norm_backward(tdy, tds, /*s=*/tres, tw, trstd, tdx,
                                             /*dresidual=*/TensorRef(), tdw, ws, bp),
             "add_rms_norm_backward")) {
       return 1;
     }
-    dw.resize(N);
-    if (!ok(cudaMemcpy(dw.data(), d_dw.ptr, N * b, cudaMemcpyDeviceToHost), "reading dw")) return 1;
+    if (!ok(d_dw.download(&dw), "reading dw")) return 1;
   }
-  std::vector<uint16_t> s(rows), y(rows), dx(rows);
-  std::vector<float> rstd(M);
-  err = cudaMemcpy(s.data(), d_res.ptr, rows * b, cudaMemcpyDeviceToHost);
-  if (err == cudaSuccess) err = cudaMemcpy(rstd.data(), d_rstd.ptr, M * 4, cudaMemcpyDeviceToHost);
-  if (err == cudaSuccess) err = cudaMemcpy(y.data(), d_y.ptr, rows * b, cudaMemcpyDeviceToHost);
-  if (err == cudaSuccess) err = cudaMemcpy(dx.data(), d_dx.ptr, rows * b, cudaMemcpyDeviceToHost);
+  std::vector<uint16_t> s, y, dx;
+  std::vector<float> rstd;
+  err = d_res.download(&s);
+  if (err == cudaSuccess) err = d_rstd.download(&rstd);
+  if (err == cudaSuccess) err = d_y.download(&y);
+  if (err == cudaSuccess) err = d_dx.download(&dx);
   if (!ok(err, "reading the results")) return 1;
 
   std::printf("workspace: %zu bytes\n", ws_bytes);

@@ -1,11 +1,13 @@
 // What the example programs share and that is not the library's business: reporting a failed
-// call, device memory freed at scope exit, and CTest's skip code when no GPU is usable.
+// call, device memory freed at scope exit (with whole-buffer transfers and a NaN fill), and
+// CTest's skip code when no GPU is usable.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
 #include <cstdio>
+#include <vector>
 
 #include "ropenorm/status.h"
 
@@ -37,9 +39,9 @@ inline bool device_usable() {
 }
 
 /// Device memory of `bytes` bytes, freed at scope exit; ptr is null when bytes is 0 or cudaMalloc
-/// failed (error then holds why).
+/// failed (error then holds why). Every transfer and fill covers the whole buffer.
 struct DeviceBuffer {
-  explicit DeviceBuffer(std::size_t bytes) {
+  explicit DeviceBuffer(std::size_t size) : bytes(size) {
     if (bytes == 0) return;
     error = cudaMalloc(&ptr, bytes);
     if (error != cudaSuccess) ptr = nullptr;
@@ -52,7 +54,24 @@ struct DeviceBuffer {
   T* as() const {
     return static_cast<T*>(ptr);
   }
+  /// Copies `host` to the buffer; cudaErrorInvalidValue unless it has exactly the buffer's size.
+  template <typename T>
+  cudaError_t upload(const std::vector<T>& host) const {
+    if (host.size() * sizeof(T) != bytes) return cudaErrorInvalidValue;
+    return cudaMemcpy(ptr, host.data(), bytes, cudaMemcpyHostToDevice);
+  }
+  /// The buffer's contents as bytes / sizeof(T) elements of T.
+  template <typename T>
+  cudaError_t download(std::vector<T>* host) const {
+    host->resize(bytes / sizeof(T));
+    return cudaMemcpy(host->data(), ptr, bytes, cudaMemcpyDeviceToHost);
+  }
+  /// Fills the buffer with 0xFF bytes: NaN in f32, f16 and bf16, so an element a kernel does not
+  /// write fails any comparison with a value.
+  cudaError_t poison() const { return cudaMemset(ptr, 0xFF, bytes); }
+
   void* ptr = nullptr;
+  std::size_t bytes;
   cudaError_t error = cudaSuccess;
 };
 

@@ -75,10 +75,14 @@ HeadReference reference_head(const float* x, const float* w, float o, const floa
   return ref;
 }
 
-/// Largest |got - ref| / (1 + |ref|) so far; a NaN (an element never written) stays.
-void track(double got, double ref, double* worst) {
-  const double e = std::fabs(got - ref) / (1.0 + std::fabs(ref));
+/// *worst = the larger of the two errors; a NaN (an element never written) stays.
+void keep_worst(double e, double* worst) {
   if (!std::isnan(*worst) && (std::isnan(e) || e > *worst)) *worst = e;
+}
+
+/// Keeps the largest |got - ref| / (1 + |ref|).
+void track(double got, double ref, double* worst) {
+  keep_worst(std::fabs(got - ref) / (1.0 + std::fabs(ref)), worst);
 }
 
 }  // namespace
@@ -115,16 +119,13 @@ int main() {
                                 &d_wq, &d_wk, &d_dwq, &d_dwk, &d_table, &d_pos}) {
     if (!ok(b->error, "cudaMalloc")) return 1;
   }
-  const auto up = [](const DeviceBuffer& to, const void* from, size_t bytes) {
-    return cudaMemcpy(to.ptr, from, bytes, cudaMemcpyHostToDevice);
-  };
-  cudaError_t err = up(d_qkv, qkv.data(), qkv.size() * f);
-  if (err == cudaSuccess) err = up(d_wq, wq.data(), D * f);
-  if (err == cudaSuccess) err = up(d_wk, wk.data(), D * f);
-  if (err == cudaSuccess) err = up(d_gq, grad_q.data(), grad_q.size() * f);
-  if (err == cudaSuccess) err = up(d_gk, grad_k.data(), grad_k.size() * f);
-  if (err == cudaSuccess) err = up(d_table, table.data(), table.size() * f);
-  if (err == cudaSuccess) err = up(d_pos, positions.data(), T * sizeof(int64_t));
+  cudaError_t err = d_qkv.upload(qkv);
+  if (err == cudaSuccess) err = d_wq.upload(wq);
+  if (err == cudaSuccess) err = d_wk.upload(wk);
+  if (err == cudaSuccess) err = d_gq.upload(grad_q);
+  if (err == cudaSuccess) err = d_gk.upload(grad_k);
+  if (err == cudaSuccess) err = d_table.upload(table);
+  if (err == cudaSuccess) err = d_pos.upload(positions);
   if (!ok(err, "copying the inputs")) return 1;
 
   // q and k as views of the packed buffer: [T, H, D] with a token stride of one packed row.
@@ -148,12 +149,8 @@ int main() {
 
   // Every output is poisoned (NaN) before the call that writes it: an element left unwritten
   // fails the checks below.
-  const auto poison = [](const DeviceBuffer& b, size_t bytes) {
-    return ok(cudaMemset(b.ptr, 0xFF, bytes), "cudaMemset");
-  };
-  if (!poison(d_qrot, grad_q.size() * f) || !poison(d_krot, grad_k.size() * f) ||
-      !poison(d_qr, T * Hq * f) || !poison(d_kr, T * Hk * f)) {
-    return 1;
+  for (const DeviceBuffer* b : {&d_qrot, &d_krot, &d_qr, &d_kr}) {
+    if (!ok(b->poison(), "cudaMemset")) return 1;
   }
 
   // Forward, out of place (the backward reads the forward's inputs), r saved.
@@ -176,32 +173,28 @@ int main() {
   if (!ok(d_ws.error, "allocating the workspace")) return 1;
   const TensorRef workspace =
       TensorRef::contiguous(d_ws.ptr, DType::kFloat32, {static_cast<int64_t>(ws_bytes / f)}, dev);
-  std::vector<float> dw_runs[2];
-  for (std::vector<float>& dw : dw_runs) {
-    if (!poison(d_dqkv, qkv.size() * f) || !poison(d_dwq, D * f) || !poison(d_dwk, D * f)) return 1;
+  std::vector<float> dw_runs[2][2];  // [run][dwq, dwk]
+  for (auto& dw : dw_runs) {
+    for (const DeviceBuffer* b : {&d_dqkv, &d_dwq, &d_dwk}) {
+      if (!ok(b->poison(), "cudaMemset")) return 1;
+    }
     if (!ok(ropenorm::qk_norm_rope_backward(dq_out, dk_out, q, k, w_q, w_k, q_rstd, k_rstd, dq, dk,
                                             dwq, dwk, workspace, pos, cos_sin, rope_params,
                                             norm_params),
             "qk_norm_rope_backward")) {
       return 1;
     }
-    dw.resize(2 * D);
-    err = cudaMemcpy(dw.data(), d_dwq.ptr, D * f, cudaMemcpyDeviceToHost);
-    if (err == cudaSuccess)
-      err = cudaMemcpy(dw.data() + D, d_dwk.ptr, D * f, cudaMemcpyDeviceToHost);
+    err = d_dwq.download(&dw[0]);
+    if (err == cudaSuccess) err = d_dwk.download(&dw[1]);
     if (!ok(err, "reading dwq / dwk")) return 1;
   }
 
   // Everything against float64, head by head: q' and k', dq and dk in the packed gradient, the
   // sums of dwq and dwk, and the v third of the packed gradient still NaN.
-  std::vector<float> q_out(grad_q.size()), k_out(grad_k.size()), dqkv(qkv.size());
-  err = cudaMemcpy(q_out.data(), d_qrot.ptr, q_out.size() * f, cudaMemcpyDeviceToHost);
-  if (err == cudaSuccess) {
-    err = cudaMemcpy(k_out.data(), d_krot.ptr, k_out.size() * f, cudaMemcpyDeviceToHost);
-  }
-  if (err == cudaSuccess) {
-    err = cudaMemcpy(dqkv.data(), d_dqkv.ptr, dqkv.size() * f, cudaMemcpyDeviceToHost);
-  }
+  std::vector<float> q_out, k_out, dqkv;
+  err = d_qrot.download(&q_out);
+  if (err == cudaSuccess) err = d_krot.download(&k_out);
+  if (err == cudaSuccess) err = d_dqkv.download(&dqkv);
   if (!ok(err, "reading the results")) return 1;
   double worst_fwd = 0.0, worst_dx = 0.0, worst_dw = 0.0;
   std::vector<double> dw_sum(2 * D, 0.0), dw_abs(2 * D, 0.0);
@@ -227,10 +220,11 @@ int main() {
   // rotation, the products), so within (T * H + 16) ulps of 1 + sum |terms|.
   bool dw_ok = true;
   for (int64_t d = 0; d < 2 * D; ++d) {
-    const double e = std::fabs(dw_runs[1][d] - dw_sum[d]) / (1.0 + dw_abs[d]);
+    const double got = dw_runs[1][d < D ? 0 : 1][d % D];
+    const double e = std::fabs(got - dw_sum[d]) / (1.0 + dw_abs[d]);
     const double terms = double(T * (d < D ? Hq : Hk));
     dw_ok = dw_ok && e <= (terms + 16.0) * std::ldexp(1.0, -24);  // false for a NaN
-    if (!std::isnan(worst_dw) && (std::isnan(e) || e > worst_dw)) worst_dw = e;
+    keep_worst(e, &worst_dw);
   }
   bool v_untouched = true;
   for (int64_t t = 0; t < T; ++t) {
@@ -244,7 +238,11 @@ int main() {
   // missing element is off by about its own size).
   const bool forward_ok = worst_fwd <= 1e-5;
   const bool backward_ok = worst_dx <= 1e-5 && dw_ok && v_untouched;
-  const bool deterministic = std::memcmp(dw_runs[0].data(), dw_runs[1].data(), 2 * D * f) == 0;
+  bool deterministic = true;  // bit for bit
+  for (int i = 0; i < 2; ++i) {
+    deterministic =
+        deterministic && std::memcmp(dw_runs[0][i].data(), dw_runs[1][i].data(), D * f) == 0;
+  }
   std::printf("qk_norm_rope: T=%lld Hq=%lld Hk=%lld D=%lld f32, worst error against float64 %.3g\n",
               static_cast<long long>(T), static_cast<long long>(Hq), static_cast<long long>(Hk),
               static_cast<long long>(D), worst_fwd);

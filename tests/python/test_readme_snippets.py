@@ -6,67 +6,49 @@ compiles with the examples (examples/CMakeLists.txt, added by the top-level CMak
 Reads files only; needs neither torch nor a build.
 """
 
-import os
 import re
 
-ROOT = os.path.normpath(
-    os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, os.pardir))
 SNIPPETS = "examples/readme_snippets.cpp"
-FENCE = re.compile(r"^\s*```\s*(c\+\+|cpp|cc|cxx)\s*$", re.I)
+FENCE = re.compile(r"^```\s*(c\+\+|cpp|cc|cxx)\s*$", re.I)
 
 
-def _read(path):
-    with open(os.path.join(ROOT, path), encoding="utf-8") as f:
-        return f.read()
-
-
-def _cmake_code(path):
+def _cmake_code(text):
     """The lines of a CMake file that are not comments."""
-    return [line.split("#")[0].strip() for line in _read(path).splitlines()]
+    return [line.split("#")[0].strip() for line in text.splitlines()]
 
 
-def _readme_blocks():
-    blocks, current = [], None
-    for line in _read("README.md").splitlines():
+def _between(lines, opens, closes):
+    """The runs of lines after each line `opens` accepts, up to the next one `closes` accepts."""
+    runs, current = [], None
+    for line in lines:
         if current is None:
-            if FENCE.match(line):
+            if opens(line):
                 current = []
-        elif line.strip() == "```":
-            blocks.append(current)
+        elif closes(line):
+            runs.append(current)
             current = None
         else:
-            current.append(line.strip())
-    return blocks
-
-
-def _regions(lines):
-    regions, current = [], None
-    for line in lines:
-        if line == "// clang-format off":
-            current = []
-        elif line == "// clang-format on":
-            regions.append(current)
-            current = None
-        elif current is not None:
             current.append(line)
-    return regions
+    return runs
 
 
 def _contains_run(lines, run):
     return any(lines[i:i + len(run)] == run for i in range(len(lines) - len(run) + 1))
 
 
-def test_every_readme_cpp_block_is_compiled():
-    assert "add_subdirectory(examples)" in _cmake_code("CMakeLists.txt")
+def test_every_readme_cpp_block_is_compiled(repo_file):
+    assert "add_subdirectory(examples)" in _cmake_code(repo_file("CMakeLists.txt"))
     assert any(line.startswith("add_library(ropenorm_readme_snippets OBJECT readme_snippets.cpp")
-               for line in _cmake_code("examples/CMakeLists.txt")), \
+               for line in _cmake_code(repo_file("examples/CMakeLists.txt"))), \
         f"{SNIPPETS} is not built by examples/CMakeLists.txt"
-    text = _read(SNIPPETS)
+    text = repo_file(SNIPPETS)
     assert not re.search(r"^\s*#\s*if|/\*(?![^\n]*\*/)", text, re.M), \
         f"{SNIPPETS} must not hide code from the compiler (#if, a /* comment over several lines)"
     compiled = [line.strip() for line in text.splitlines()]
-    regions = _regions(compiled)
-    blocks = _readme_blocks()
+    regions = _between(compiled, lambda line: line == "// clang-format off",
+                       lambda line: line == "// clang-format on")
+    blocks = _between([line.strip() for line in repo_file("README.md").splitlines()],
+                      FENCE.match, lambda line: line == "```")
     assert blocks, "README.md has no C++ block"
     assert len(blocks) == len(regions), \
         f"README.md has {len(blocks)} C++ blocks, {SNIPPETS} {len(regions)} regions"

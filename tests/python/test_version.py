@@ -5,20 +5,10 @@ Reads the repository's files as text, so it checks the source tree even where an
 ropenorm would be imported instead; needs neither torch nor a build.
 """
 
-import os
 import re
 
-ROOT = os.path.normpath(
-    os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, os.pardir))
 
-
-def _read(path):
-    with open(os.path.join(ROOT, path), encoding="utf-8") as f:
-        return f.read()
-
-
-def _header_version():
-    text = _read("include/ropenorm/version.h")
+def _header_version(text):
     parts = [re.findall(rf"^#define ROPENORM_VERSION_{p} (0|[1-9]\d*)\r?$", text, re.M)
              for p in ("MAJOR", "MINOR", "PATCH")]
     assert all(len(found) == 1 for found in parts), \
@@ -26,9 +16,10 @@ def _header_version():
     return ".".join(found[0] for found in parts)
 
 
-def test_python_and_wheel_versions_match_the_header():
-    header = _header_version()
-    wheel = re.search(r'^version = "([^"]+)"$', _read("pyproject.toml"), re.M)
-    package = re.search(r'^__version__ = "([^"]+)"$', _read("python/ropenorm/__init__.py"), re.M)
+def test_python_and_wheel_versions_match_the_header(repo_file):
+    header = _header_version(repo_file("include/ropenorm/version.h"))
+    wheel = re.search(r'^version = "([^"]+)"$', repo_file("pyproject.toml"), re.M)
+    package = re.search(r'^__version__ = "([^"]+)"$', repo_file("python/ropenorm/__init__.py"),
+                        re.M)
     assert wheel and package, "pyproject.toml and python/ropenorm/__init__.py must state a version"
     assert (wheel.group(1), package.group(1)) == (header, header)
