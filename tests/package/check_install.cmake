@@ -46,10 +46,9 @@ endforeach()
 file(RENAME "${staging}" "${prefix}")
 
 set(cmake_dir "${prefix}/${LIBDIR}/cmake/ropenorm")
-foreach(_file "${LIBDIR}/libropenorm.a" "${LIBDIR}/cmake/ropenorm/ropenormConfig.cmake"
-              "${LIBDIR}/cmake/ropenorm/ropenormConfigVersion.cmake"
-              "${LIBDIR}/cmake/ropenorm/ropenormTargets.cmake")
-  if(NOT EXISTS "${prefix}/${_file}")
+foreach(_file "${prefix}/${LIBDIR}/libropenorm.a" "${cmake_dir}/ropenormConfig.cmake"
+              "${cmake_dir}/ropenormConfigVersion.cmake" "${cmake_dir}/ropenormTargets.cmake")
+  if(NOT EXISTS "${_file}")
     message(FATAL_ERROR "the install has no ${_file}")
   endif()
 endforeach()
