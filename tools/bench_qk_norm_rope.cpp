@@ -148,6 +148,23 @@ Status bench_qk_norm_rope(const BenchOptions& o, std::vector<ResultRow>* rows, s
         if (!out.passed) ours.note += "; " + out.summary;
       }
 
+      // ropenorm without the optional rstd (a serving forward, as the peers' kernels run): the
+      // same kernel with the rstd store skipped; its bytes are the rotation's alone.
+      verify::QkNormRopeCase qc_serve = qc;
+      qc_serve.with_rstd = false;
+      ResultRow serve{"qk_norm_rope_no_rstd", "ropenorm", dtype_name(dt), shape};
+      serve.bytes = rope_case_bytes(c);
+      serve.note = "neox; one launch; bf16 weights; cos/sin cache f32 [P=T R=D]; rstd not saved";
+      {
+        const verify::QkNormRopeOutcome out = verify::run_case(qc_serve, in);
+        serve.max_err_ulp = std::max(out.q.max_ulp, out.k.max_ulp);
+        serve.tol_ulp = std::max(out.tol_q, out.tol_k);
+        const int64_t n = out.q.count + out.k.count;
+        serve.frac_exact = n ? static_cast<double>(out.q.exact + out.k.exact) / n : 1.0;
+        serve.passed = out.passed;
+        if (!out.passed) serve.note += "; " + out.summary;
+      }
+
       // Device buffers for the composition and for timing.
       QkBuffers b;
       b.q = verify::to_device(in.rope.q);
@@ -191,6 +208,10 @@ Status bench_qk_norm_rope(const BenchOptions& o, std::vector<ResultRow>* rows, s
       const Launch ours_launch = [&](cudaStream_t st) {
         return qk_norm_rope(q, k, wq, wk, q_out, k_out, q_rstd, k_rstd, pos, cs, rp, np, st);
       };
+      const Launch serve_launch = [&](cudaStream_t st) {
+        return qk_norm_rope(q, k, wq, wk, q_out, k_out, TensorRef{}, TensorRef{}, pos, cs, rp, np,
+                            st);
+      };
       const Launch comp_launch = [&](cudaStream_t st) {
         ROPENORM_TRY(rms_norm(q_rows, wq, qo_rows, qr_flat, rn, st));
         ROPENORM_TRY(rms_norm(k_rows, wk, ko_rows, kr_flat, rn, st));
@@ -210,11 +231,14 @@ Status bench_qk_norm_rope(const BenchOptions& o, std::vector<ResultRow>* rows, s
       if (o.timing) {
         const bool graph = t <= o.rope_graph_max_t;
         ROPENORM_TRY(time_launch(o, graph, ours_launch, &ours));
+        ROPENORM_TRY(time_launch(o, graph, serve_launch, &serve));
         ROPENORM_TRY(time_launch(o, graph, comp_launch, &comp));
       }
       print_rope_row(log, ours);
+      print_rope_row(log, serve);
       print_rope_row(log, comp);
       rows->push_back(ours);
+      rows->push_back(serve);
       rows->push_back(comp);
     }
   }

@@ -3,7 +3,10 @@
 // int64 positions, out of place), verify ropenorm's one-launch kernel and the unfused
 // composition of ropenorm's own kernels (per-head rms_norm of q, of k, then rope in place: three
 // launches, the intermediate rounded to bf16) against the float64 oracle, then time both
-// (CUDA-graph replay for T <= rope_graph_max_t, else cold-L2 medians).
+// (CUDA-graph replay for T <= rope_graph_max_t, else cold-L2 medians). ropenorm's call is timed
+// twice: with the per-head rstd saved (op qk_norm_rope, a training forward; its bytes count the
+// rstd) and without it (op qk_norm_rope_no_rstd, a serving forward; the rotation's bytes), each
+// verified on its own poisoned outputs.
 #pragma once
 
 #include <ostream>

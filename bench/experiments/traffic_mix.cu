@@ -9,6 +9,8 @@
 // grids and depths is reported for each mix. At ea44bfc (traffic-mix-ea44bfc-nvidia-h200.log) no
 // mix beat the memcpy at 32768 rows (two read, one written: 188.80 against 188.54 us; the backward
 // 202.53), while reads alone ran at 4451 GB/s and writes alone at 4392.
+// Row counts from the command line (default 4096 32768): 1280 rows of 4096 bf16 are the bytes of
+// the QK-norm + RoPE row at T = 1024 (32 + 8 heads of 128 channels).
 // Not part of the build:
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90,code=sm_90 -Iinclude -Isrc -Ibench/experiments \
 //        bench/experiments/traffic_mix.cu build/libropenorm.a -o traffic_mix
@@ -17,6 +19,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
+#include <vector>
 
 #include "backward_experiment.cuh"
 
@@ -83,8 +87,11 @@ float best_mix(const uint4* a, const uint4* b, uint4* c, size_t n, unsigned* sin
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
   using ropenorm::DType;
+  std::vector<int64_t> ms;  // row counts (default 4096 and 32768; at most 32768)
+  for (int i = 1; i < argc; ++i) ms.push_back(std::min<int64_t>(std::atoll(argv[i]), 32768));
+  if (ms.empty()) ms = {4096, 32768};
   int sms = 0;
   CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   const int64_t n_cols = 4096, max_m = 32768;
@@ -103,7 +110,7 @@ int main() {
     std::printf("%-8lld %-28s %10.2f %10.2f %9.0f  %s\n", static_cast<long long>(m), what,
                 bytes / 1e6, us, bytes / us / 1e3, how);
   };
-  for (int64_t m : {int64_t{4096}, int64_t{32768}}) {
+  for (int64_t m : ms) {
     const size_t stream_bytes = static_cast<size_t>(m * n_cols * 2), chunks = stream_bytes / 16;
     const auto* x = static_cast<const uint4*>(b.x);
     const auto* dy = static_cast<const uint4*>(b.dy);
