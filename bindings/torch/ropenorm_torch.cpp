@@ -618,8 +618,12 @@ Tensor build_rope_cache(int64_t max_positions, at::ScalarType dtype, ROPENORM_CO
   TORCH_CHECK_VALUE(rotary_dim > 0, op, ": argument 'rotary_dim': expected > 0, received ",
                     rotary_dim);
   Tensor out = at::empty({max_positions, rotary_dim}, at::TensorOptions().dtype(dtype));
-  check_status(ropenorm::build_rope_cache_range(c, first_position, max_positions,
-                                                to_dtype(dtype, op, "dtype"), out.data_ptr()));
+  const ropenorm::DType dt = to_dtype(dtype, op, "dtype");
+  // The whole-cache builder when the rows start at 0, so its errors name max_positions.
+  check_status(
+      first_position == 0
+          ? ropenorm::build_rope_cache(c, max_positions, dt, out.data_ptr())
+          : ropenorm::build_rope_cache_range(c, first_position, max_positions, dt, out.data_ptr()));
   return out;
 }
 

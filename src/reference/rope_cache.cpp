@@ -365,13 +365,13 @@ Status rope_inv_freq_f32(const RopeConfig& config, std::vector<float>* inv_freq,
   return Status::Ok();
 }
 
-Status build_rope_cache(const RopeConfig& config, int64_t max_positions, DType dtype, void* out) {
-  return build_rope_cache_range(config, 0, max_positions, dtype, out);
-}
+namespace {
 
-Status build_rope_cache_range(const RopeConfig& config, int64_t first_position,
-                              int64_t num_positions, DType dtype, void* out) {
-  const char* op = "build_rope_cache";
+/// build_rope_cache_range's work. Its errors name op, the function the caller called, and
+/// that function's arguments: `count` (num_positions, or build_rope_cache's max_positions) and,
+/// for a range, first_position.
+Status build_cache_rows(const char* op, const char* count, bool range, const RopeConfig& config,
+                        int64_t first_position, int64_t num_positions, DType dtype, void* out) {
   ROPENORM_TRY(validate(op, config));
   if (!is_float_dtype(dtype)) {
     return core::invalid_arg(op, "dtype", "f32, f16 or bf16", dtype_name(dtype),
@@ -382,14 +382,16 @@ Status build_rope_cache_range(const RopeConfig& config, int64_t first_position,
     return bad(op, "first_position", "a value in [0, 2^53]", std::to_string(first_position));
   }
   if (num_positions < 0 || num_positions > kMaxExactPosition - first_position) {
-    return bad(op, "num_positions",
-               "a value >= 0 with first_position + num_positions <= 2^53 (first_position " +
-                   std::to_string(first_position) + ")",
+    const std::string c = count;
+    return bad(op, count,
+               range ? "a value >= 0 with first_position + " + c + " <= 2^53 (first_position " +
+                           std::to_string(first_position) + ")"
+                     : std::string("a value in [0, 2^53]"),
                std::to_string(num_positions));
   }
   const int64_t r = config.rotary_dim;
   if (num_positions > std::numeric_limits<int64_t>::max() / 8 / r) {
-    return bad(op, "num_positions", "num_positions * rotary_dim elements addressable",
+    return bad(op, count, std::string(count) + " * rotary_dim elements addressable",
                std::to_string(num_positions) + " * " + std::to_string(r));
   }
   if (num_positions == 0) return Status::Ok();
@@ -433,6 +435,19 @@ Status build_rope_cache_range(const RopeConfig& config, int64_t first_position,
     }
   }
   return Status::Ok();
+}
+
+}  // namespace
+
+Status build_rope_cache(const RopeConfig& config, int64_t max_positions, DType dtype, void* out) {
+  return build_cache_rows("build_rope_cache", "max_positions", false, config, 0, max_positions,
+                          dtype, out);
+}
+
+Status build_rope_cache_range(const RopeConfig& config, int64_t first_position,
+                              int64_t num_positions, DType dtype, void* out) {
+  return build_cache_rows("build_rope_cache_range", "num_positions", true, config, first_position,
+                          num_positions, dtype, out);
 }
 
 }  // namespace ropenorm

@@ -683,6 +683,20 @@ TEST(CpuRopeCache, BuilderWritesNothingOnError) {
   EXPECT_EQ(s, 9.0);
 }
 
+TEST(CpuRopeCache, BuilderErrorsNameTheFunctionCalled) {
+  RopeConfig c = llama31();
+  c.low_freq_factor = 5.0;  // > high_freq_factor
+  std::vector<float> out(4 * 128, 3.5f);
+  const Status whole = build_rope_cache(c, 4, DType::kFloat32, out.data());
+  EXPECT_EQ(whole.message().rfind("build_rope_cache: ", 0), 0u) << whole.message();
+  const Status range = build_rope_cache_range(c, 2, 4, DType::kFloat32, out.data());
+  EXPECT_EQ(range.message().rfind("build_rope_cache_range: ", 0), 0u) << range.message();
+  const Status first = build_rope_cache_range(llama31(), -1, 4, DType::kFloat32, out.data());
+  EXPECT_EQ(first.message().rfind("build_rope_cache_range: argument 'first_position'", 0), 0u)
+      << first.message();
+  for (float v : out) EXPECT_EQ(v, 3.5f);
+}
+
 // ---- names ----
 
 TEST(CpuRopeCache, TypeAndStyleNames) {
@@ -872,11 +886,17 @@ TEST(CpuRopeCache, BuilderArgumentErrors) {
   st = build_rope_cache(c, 1, DType::kInt64, out.data());
   expect_names(st, "build_rope_cache", "dtype", "i64", "dtype i64");
   st = build_rope_cache(c, -1, DType::kFloat32, out.data());
-  expect_names(st, "build_rope_cache", "num_positions", "-1", "num_positions");
+  expect_names(st, "build_rope_cache", "max_positions", "-1", "max_positions");
+  st = build_rope_cache(c, (int64_t{1} << 53) + 1, DType::kFloat32, out.data());
+  expect_names(st, "build_rope_cache", "max_positions", "9007199254740993", "max_positions big");
+  st = build_rope_cache_range(c, 0, -1, DType::kFloat32, out.data());
+  expect_names(st, "build_rope_cache_range", "num_positions", "-1", "num_positions");
   st = build_rope_cache_range(c, -3, 1, DType::kFloat32, out.data());
-  expect_names(st, "build_rope_cache", "first_position", "-3", "first_position");
+  expect_names(st, "build_rope_cache_range", "first_position", "-3", "first_position");
   st = build_rope_cache_range(c, int64_t{1} << 53, 1, DType::kFloat32, out.data());
-  expect_names(st, "build_rope_cache", "num_positions", "1", "position past 2^53");
+  expect_names(st, "build_rope_cache_range", "num_positions", "1", "position past 2^53");
+  st = build_rope_cache_range(c, 0, 1, DType::kFloat32, nullptr);
+  expect_names(st, "build_rope_cache_range", "out", "null", "range out");
   st = build_rope_cache(c, 1, DType::kFloat32, nullptr);
   expect_names(st, "build_rope_cache", "out", "null", "out");
   st = rope_inv_freq(c, nullptr, nullptr);
