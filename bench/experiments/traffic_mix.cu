@@ -9,8 +9,9 @@
 // grids and depths is reported for each mix. At ea44bfc (traffic-mix-ea44bfc-nvidia-h200.log) no
 // mix beat the memcpy at 32768 rows (two read, one written: 188.80 against 188.54 us; the backward
 // 202.53), while reads alone ran at 4451 GB/s and writes alone at 4392.
-// Row counts from the command line (default 4096 32768): 1280 rows of 4096 bf16 are the bytes of
-// the QK-norm + RoPE row at T = 1024 (32 + 8 heads of 128 channels).
+// Row counts from the command line (1 .. 32768; default 4096 32768): 1280 rows of 4096 bf16 are
+// the q and k bytes of the QK-norm + RoPE row at T = 1024 (32 + 8 heads of 128 channels; the row
+// also reads 0.53 MB of cos/sin rows and positions).
 // Not part of the build:
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90,code=sm_90 -Iinclude -Isrc -Ibench/experiments \
 //        bench/experiments/traffic_mix.cu build/libropenorm.a -o traffic_mix
@@ -90,7 +91,14 @@ float best_mix(const uint4* a, const uint4* b, uint4* c, size_t n, unsigned* sin
 int main(int argc, char** argv) {
   using ropenorm::DType;
   std::vector<int64_t> ms;  // row counts (default 4096 and 32768; at most 32768)
-  for (int i = 1; i < argc; ++i) ms.push_back(std::min<int64_t>(std::atoll(argv[i]), 32768));
+  for (int i = 1; i < argc; ++i) {
+    const int64_t m = std::atoll(argv[i]);
+    if (m < 1 || m > 32768) {
+      std::printf("row counts are 1 .. 32768, not %s\n", argv[i]);
+      return 2;
+    }
+    ms.push_back(m);
+  }
   if (ms.empty()) ms = {4096, 32768};
   int sms = 0;
   CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));

@@ -611,6 +611,15 @@ Tensor build_rope_cache(int64_t max_positions, at::ScalarType dtype, ROPENORM_CO
   const ropenorm::RopeConfig c = rope_config(ROPENORM_CONFIG_PASS);
   TORCH_CHECK_VALUE(max_positions >= 0, op, ": argument 'max_positions': expected >= 0, received ",
                     max_positions);
+  // The library's range builder checks these too, under its own argument names.
+  constexpr int64_t kMaxExactPosition = int64_t{1} << 53;
+  TORCH_CHECK_VALUE(first_position >= 0 && first_position <= kMaxExactPosition, op,
+                    ": argument 'first_position': expected a value in [0, 2^53], received ",
+                    first_position);
+  TORCH_CHECK_VALUE(max_positions <= kMaxExactPosition - first_position, op,
+                    ": argument 'max_positions': expected first_position + max_positions <= 2^53 "
+                    "(first_position ",
+                    first_position, "), received ", max_positions);
   TORCH_CHECK_TYPE(dtype == at::kFloat || dtype == at::kHalf || dtype == at::kBFloat16, op,
                    ": argument 'dtype': expected torch.float32, torch.float16 or torch.bfloat16, "
                    "received ",
@@ -619,7 +628,8 @@ Tensor build_rope_cache(int64_t max_positions, at::ScalarType dtype, ROPENORM_CO
                     rotary_dim);
   Tensor out = at::empty({max_positions, rotary_dim}, at::TensorOptions().dtype(dtype));
   const ropenorm::DType dt = to_dtype(dtype, op, "dtype");
-  // The whole-cache builder when the rows start at 0, so its errors name max_positions.
+  // The whole-cache builder when the rows start at 0 (its errors name build_rope_cache); a
+  // configuration error of a range names build_rope_cache_range.
   check_status(
       first_position == 0
           ? ropenorm::build_rope_cache(c, max_positions, dt, out.data_ptr())

@@ -367,9 +367,9 @@ Status rope_inv_freq_f32(const RopeConfig& config, std::vector<float>* inv_freq,
 
 namespace {
 
-/// build_rope_cache_range's work. Its errors name op, the function the caller called, and
-/// that function's arguments: `count` (num_positions, or build_rope_cache's max_positions) and,
-/// for a range, first_position.
+/// The work of build_rope_cache and build_rope_cache_range. Its errors name op, the function the
+/// caller called, and that function's arguments: `count` (num_positions, or build_rope_cache's
+/// max_positions) and, for a range, first_position.
 Status build_cache_rows(const char* op, const char* count, bool range, const RopeConfig& config,
                         int64_t first_position, int64_t num_positions, DType dtype, void* out) {
   ROPENORM_TRY(validate(op, config));

@@ -73,6 +73,18 @@ def test_llama3_and_hf_config_mapping():
     assert rot.rotary_dim == 128 and rot.cos_sin_cache.shape == (131072, 128)
 
 
+def test_builder_range_errors_name_the_python_arguments():
+    with pytest.raises(ValueError, match="build_rope_cache: argument 'first_position'"):
+        ropenorm.build_rope_cache(8, first_position=-1, rotary_dim=8)
+    with pytest.raises(ValueError, match=r"argument 'max_positions': expected first_position \+"):
+        ropenorm.build_rope_cache(2, first_position=2**53 - 1, rotary_dim=8)
+    with pytest.raises(ValueError, match="build_rope_cache: argument 'max_positions'"):
+        ropenorm.build_rope_cache(-1, rotary_dim=8)
+    # A configuration error of a range comes from the library's range builder, which names itself.
+    with pytest.raises(ValueError, match="build_rope_cache_range: "):
+        ropenorm.build_rope_cache(8, first_position=3, rotary_dim=8, rope_theta=-1.0)
+
+
 def test_builder_errors_name_the_argument():
     with pytest.raises(ValueError, match="rope_type"):
         ropenorm.build_rope_cache(8, rope_type="nope", rotary_dim=8)
