@@ -19,7 +19,7 @@
 // saved and not; cos/sin from the cache at the positions, and as HF's tables gathered per token),
 // each checked bit for bit against the first of them (the same values of c_i and s_i), all
 // writing the same output buffers (at 1b31f3b the first call, rstd saved, wrote other buffers
-// than the rest; at T = 1024 and 2048 a call with the rstd saved ran 0.2-0.6 us faster than the
+// than the rest; at T = 1024 and 2048 a call with the rstd saved ran 0.2-0.7 us faster than the
 // same call without it, for the cache and for the per-token tables alike, so not because of the
 // buffers; why is not established, and the main job's rows at 6f57284 show the opposite).
 // Cold-L2 CUDA-event medians.
