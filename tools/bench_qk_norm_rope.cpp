@@ -110,6 +110,23 @@ void check_composition(const verify::QkNormRopeCase& qc, const verify::QkNormRop
   }
 }
 
+/// ropenorm's row of op for case qc: its call verified against the oracle (run_case), the bytes
+/// and a note ending in `rstd`.
+ResultRow verified_row(const char* op, const verify::QkNormRopeCase& qc,
+                       const verify::QkNormRopeInputs& in, int64_t bytes, const char* rstd) {
+  ResultRow row{op, "ropenorm", dtype_name(qc.rope.dtype), rope_case_shape(qc.rope)};
+  row.bytes = bytes;
+  row.note = std::string("neox; one launch; bf16 weights; cos/sin cache f32 [P=T R=D]; ") + rstd;
+  const verify::QkNormRopeOutcome out = verify::run_case(qc, in);
+  row.max_err_ulp = std::max(out.q.max_ulp, out.k.max_ulp);
+  row.tol_ulp = std::max(out.tol_q, out.tol_k);
+  const int64_t n = out.q.count + out.k.count;
+  row.frac_exact = n ? static_cast<double>(out.q.exact + out.k.exact) / n : 1.0;
+  row.passed = out.passed;
+  if (!out.passed) row.note += "; " + out.summary;
+  return row;
+}
+
 }  // namespace
 
 verify::QkNormRopeCase qk_norm_rope_bench_case(const BenchOptions& o, int64_t t, int64_t d,
@@ -134,36 +151,14 @@ Status bench_qk_norm_rope(const BenchOptions& o, std::vector<ResultRow>* rows, s
       const int64_t bytes = rope_case_bytes(c) + t * (c.hq + c.hk) * 4;
       const auto shape = rope_case_shape(c);
 
-      // ropenorm: verified through the public API on poisoned outputs.
-      ResultRow ours{"qk_norm_rope", "ropenorm", dtype_name(dt), shape};
-      ours.bytes = bytes;
-      ours.note = "neox; one launch; bf16 weights; cos/sin cache f32 [P=T R=D]; rstd saved";
-      {
-        const verify::QkNormRopeOutcome out = verify::run_case(qc, in);
-        ours.max_err_ulp = std::max(out.q.max_ulp, out.k.max_ulp);
-        ours.tol_ulp = std::max(out.tol_q, out.tol_k);
-        const int64_t n = out.q.count + out.k.count;
-        ours.frac_exact = n ? static_cast<double>(out.q.exact + out.k.exact) / n : 1.0;
-        ours.passed = out.passed;
-        if (!out.passed) ours.note += "; " + out.summary;
-      }
-
-      // ropenorm without the optional rstd (a serving forward, as the peers' kernels run): the
-      // same kernel with the rstd store skipped; its bytes are the rotation's alone.
+      // ropenorm, with the rstd saved (a training forward) and without it (a serving forward, as
+      // the peers' kernels run: the same kernel with the rstd store skipped; its bytes are the
+      // rotation's alone), each verified through the public API on poisoned outputs.
       verify::QkNormRopeCase qc_serve = qc;
       qc_serve.with_rstd = false;
-      ResultRow serve{"qk_norm_rope_no_rstd", "ropenorm", dtype_name(dt), shape};
-      serve.bytes = rope_case_bytes(c);
-      serve.note = "neox; one launch; bf16 weights; cos/sin cache f32 [P=T R=D]; rstd not saved";
-      {
-        const verify::QkNormRopeOutcome out = verify::run_case(qc_serve, in);
-        serve.max_err_ulp = std::max(out.q.max_ulp, out.k.max_ulp);
-        serve.tol_ulp = std::max(out.tol_q, out.tol_k);
-        const int64_t n = out.q.count + out.k.count;
-        serve.frac_exact = n ? static_cast<double>(out.q.exact + out.k.exact) / n : 1.0;
-        serve.passed = out.passed;
-        if (!out.passed) serve.note += "; " + out.summary;
-      }
+      ResultRow ours = verified_row("qk_norm_rope", qc, in, bytes, "rstd saved");
+      ResultRow serve =
+          verified_row("qk_norm_rope_no_rstd", qc_serve, in, rope_case_bytes(c), "rstd not saved");
 
       // Device buffers for the composition and for timing.
       QkBuffers b;
