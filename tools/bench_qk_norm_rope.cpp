@@ -200,13 +200,13 @@ Status bench_qk_norm_rope(const BenchOptions& o, std::vector<ResultRow>* rows, s
           TensorRef::contiguous(b.q_rstd.get(), DType::kFloat32, {t * c.hq}, dev);
       const TensorRef kr_flat =
           TensorRef::contiguous(b.k_rstd.get(), DType::kFloat32, {t * c.hk}, dev);
-      const Launch ours_launch = [&](cudaStream_t st) {
-        return qk_norm_rope(q, k, wq, wk, q_out, k_out, q_rstd, k_rstd, pos, cs, rp, np, st);
+      auto fused = [&](const TensorRef& qr, const TensorRef& kr) -> Launch {
+        return [&, qr, kr](cudaStream_t st) {
+          return qk_norm_rope(q, k, wq, wk, q_out, k_out, qr, kr, pos, cs, rp, np, st);
+        };
       };
-      const Launch serve_launch = [&](cudaStream_t st) {
-        return qk_norm_rope(q, k, wq, wk, q_out, k_out, TensorRef{}, TensorRef{}, pos, cs, rp, np,
-                            st);
-      };
+      const Launch ours_launch = fused(q_rstd, k_rstd);
+      const Launch serve_launch = fused(TensorRef{}, TensorRef{});
       const Launch comp_launch = [&](cudaStream_t st) {
         ROPENORM_TRY(rms_norm(q_rows, wq, qo_rows, qr_flat, rn, st));
         ROPENORM_TRY(rms_norm(k_rows, wk, ko_rows, kr_flat, rn, st));

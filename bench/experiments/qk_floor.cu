@@ -36,6 +36,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <random>
+#include <type_traits>
 #include <vector>
 
 #include "experiment_timing.cuh"
@@ -250,25 +251,21 @@ int main(int argc, char** argv) {
                  static_cast<uint4*>(qo),          static_cast<uint4*>(ko),
                  static_cast<const float*>(cache), static_cast<const int64_t*>(pos)};
     const auto n = static_cast<uint32_t>(t * kChunks);
-    const std::vector<uint32_t> sq = to_host<uint32_t>(q, nq / 2),
-                                sk = to_host<uint32_t>(k, nk / 2);
-    for (const Rows rows : {Rows::kNone, Rows::kToken, Rows::kGathered}) {
+    // Each pattern: its fastest shape, run again on poisoned outputs and checked.
+    auto measure = [&](auto rows_c) {
+      constexpr Rows rows = decltype(rows_c)::value;
       Shape sh{};
-      const float us = rows == Rows::kNone    ? best_pattern<Rows::kNone>(b, n, sms, &sh)
-                       : rows == Rows::kToken ? best_pattern<Rows::kToken>(b, n, sms, &sh)
-                                              : best_pattern<Rows::kGathered>(b, n, sms, &sh);
-      CK(cudaMemset(qo, 0xff, nq * 2));  // the fastest shape again, on poisoned outputs
+      const float us = best_pattern<rows>(b, n, sms, &sh);
+      CK(cudaMemset(qo, 0xff, nq * 2));
       CK(cudaMemset(ko, 0xff, nk * 2));
-      if (rows == Rows::kNone) launch_pattern<Rows::kNone>(b, n, sh);
-      if (rows == Rows::kToken) launch_pattern<Rows::kToken>(b, n, sh);
-      if (rows == Rows::kGathered) launch_pattern<Rows::kGathered>(b, n, sh);
+      launch_pattern<rows>(b, n, sh);
       CK(cudaDeviceSynchronize());
       const std::vector<uint32_t> oq = to_host<uint32_t>(qo, nq / 2),
                                   ok = to_host<uint32_t>(ko, nk / 2);
       size_t differ = 0;
       for (uint64_t c = 0; c < n; ++c) {
         uint32_t e[4];
-        expect_chunk(rows, sq, sk, hcache, hpos, c, e);
+        expect_chunk(rows, hq, hk, hcache, hpos, c, e);
         const uint64_t tt = c / kChunks, cc = c % kChunks;
         const uint32_t* got = cc < kQChunks ? &oq[(tt * kQChunks + cc) * 4]
                                             : &ok[(tt * (kChunks - kQChunks) + cc - kQChunks) * 4];
@@ -284,7 +281,10 @@ int main(int argc, char** argv) {
                            : rows == Rows::kToken ? static_cast<double>(t) * kD * 4
                                                   : table;
       line(t, what, data + extra, us, note);
-    }
+    };
+    measure(std::integral_constant<Rows, Rows::kNone>{});
+    measure(std::integral_constant<Rows, Rows::kToken>{});
+    measure(std::integral_constant<Rows, Rows::kGathered>{});
 
     const Device d0 = Device::cuda(0);
     auto view = [&](void* p, int64_t heads) {
@@ -317,20 +317,18 @@ int main(int argc, char** argv) {
                           {"qk_norm_rope, HF tables per token, rstd saved", true, true},
                           {"qk_norm_rope, HF tables per token, no rstd", false, true}};
     std::vector<uint16_t> ref_q, ref_k;
-    for (const Call& c : calls) {
-      void* oq = qo;  // every call writes the same buffers (their pages as warm as the others')
-      void* ok = ko;
+    for (const Call& c : calls) {  // every call writes the same buffers
       auto call = [&] {
-        check(qk_norm_rope(view(q, kHq), view(k, kHk), twq, twk, view(oq, kHq), view(ok, kHk),
+        check(qk_norm_rope(view(q, kHq), view(k, kHk), twq, twk, view(qo, kHq), view(ko, kHk),
                            c.rstd ? trq : TensorRef{}, c.rstd ? trk : TensorRef{},
                            c.gathered ? none : rp, c.gathered ? hf : cs, prm, np),
               c.what);
       };
-      CK(cudaMemset(oq, 0xff, nq * 2));
-      CK(cudaMemset(ok, 0xff, nk * 2));
+      CK(cudaMemset(qo, 0xff, nq * 2));
+      CK(cudaMemset(ko, 0xff, nk * 2));
       call();
       CK(cudaDeviceSynchronize());
-      const auto gq = to_host<uint16_t>(oq, nq), gk = to_host<uint16_t>(ok, nk);
+      const auto gq = to_host<uint16_t>(qo, nq), gk = to_host<uint16_t>(ko, nk);
       size_t differ = 0;
       if (ref_q.empty()) {
         ref_q = gq;

@@ -612,11 +612,10 @@ Tensor build_rope_cache(int64_t max_positions, at::ScalarType dtype, ROPENORM_CO
   TORCH_CHECK_VALUE(max_positions >= 0, op, ": argument 'max_positions': expected >= 0, received ",
                     max_positions);
   // The library's range builder checks these too, under its own argument names.
-  constexpr int64_t kMaxExactPosition = int64_t{1} << 53;
-  TORCH_CHECK_VALUE(first_position >= 0 && first_position <= kMaxExactPosition, op,
+  TORCH_CHECK_VALUE(first_position >= 0 && first_position <= ropenorm::kRopeCacheMaxPosition, op,
                     ": argument 'first_position': expected a value in [0, 2^53], received ",
                     first_position);
-  TORCH_CHECK_VALUE(max_positions <= kMaxExactPosition - first_position, op,
+  TORCH_CHECK_VALUE(max_positions <= ropenorm::kRopeCacheMaxPosition - first_position, op,
                     ": argument 'max_positions': expected first_position + max_positions <= 2^53 "
                     "(first_position ",
                     first_position, "), received ", max_positions);

@@ -184,6 +184,10 @@ Status rope_inv_freq(const RopeConfig& config, std::vector<double>* inv_freq,
 Status rope_inv_freq_f32(const RopeConfig& config, std::vector<float>* inv_freq,
                          double* attention_scaling);
 
+/// One past the largest position the cache builders take: 2^53, the positions a float64 holds
+/// exactly (first_position + num_positions <= kRopeCacheMaxPosition).
+constexpr int64_t kRopeCacheMaxPosition = int64_t{1} << 53;
+
 /// Builds the cos/sin cache for positions 0 .. max_positions - 1 (see build_rope_cache_range).
 Status build_rope_cache(const RopeConfig& config, int64_t max_positions, DType dtype, void* out);
 
@@ -211,9 +215,9 @@ Status build_rope_cache(const RopeConfig& config, int64_t max_positions, DType d
 /// (CUDA) still differ by one ulp, torch's float32 cos and sin not being correctly rounded.
 ///
 /// @param config          the rope parameters; checked as for rope_inv_freq.
-/// @param first_position  the position of the first row, >= 0.
-/// @param num_positions   the number of rows, >= 0 (first_position + num_positions <= 2^53, and
-///                        num_positions * R * 8 bytes addressable).
+/// @param first_position  the position of the first row, in [0, kRopeCacheMaxPosition].
+/// @param num_positions   the number of rows, >= 0 (first_position + num_positions <=
+///                        kRopeCacheMaxPosition, and num_positions * R * 8 bytes addressable).
 /// @param dtype  f32, f16 or bf16 (else an unsupported-dtype error naming 'dtype').
 /// @param out    host memory for num_positions * R elements; may be null when num_positions is 0.
 /// @return ok, or an error naming the argument; on error nothing was written.

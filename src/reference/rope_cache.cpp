@@ -369,24 +369,23 @@ namespace {
 
 /// The work of build_rope_cache and build_rope_cache_range. Its errors name op, the function the
 /// caller called, and that function's arguments: `count` (num_positions, or build_rope_cache's
-/// max_positions) and, for a range, first_position.
-Status build_cache_rows(const char* op, const char* count, bool range, const RopeConfig& config,
+/// max_positions) and first_position.
+Status build_cache_rows(const char* op, const char* count, const RopeConfig& config,
                         int64_t first_position, int64_t num_positions, DType dtype, void* out) {
   ROPENORM_TRY(validate(op, config));
   if (!is_float_dtype(dtype)) {
     return core::invalid_arg(op, "dtype", "f32, f16 or bf16", dtype_name(dtype),
                              StatusCode::kUnsupported);
   }
-  constexpr int64_t kMaxExactPosition = int64_t{1} << 53;
-  if (first_position < 0 || first_position > kMaxExactPosition) {
+  if (first_position < 0 || first_position > kRopeCacheMaxPosition) {
     return bad(op, "first_position", "a value in [0, 2^53]", std::to_string(first_position));
   }
-  if (num_positions < 0 || num_positions > kMaxExactPosition - first_position) {
-    const std::string c = count;
+  if (num_positions < 0 || num_positions > kRopeCacheMaxPosition - first_position) {
     return bad(op, count,
-               range ? "a value >= 0 with first_position + " + c + " <= 2^53 (first_position " +
-                           std::to_string(first_position) + ")"
-                     : std::string("a value in [0, 2^53]"),
+               first_position == 0
+                   ? std::string("a value in [0, 2^53]")
+                   : "a value >= 0 with first_position + " + std::string(count) +
+                         " <= 2^53 (first_position " + std::to_string(first_position) + ")",
                std::to_string(num_positions));
   }
   const int64_t r = config.rotary_dim;
@@ -440,13 +439,13 @@ Status build_cache_rows(const char* op, const char* count, bool range, const Rop
 }  // namespace
 
 Status build_rope_cache(const RopeConfig& config, int64_t max_positions, DType dtype, void* out) {
-  return build_cache_rows("build_rope_cache", "max_positions", false, config, 0, max_positions,
-                          dtype, out);
+  return build_cache_rows("build_rope_cache", "max_positions", config, 0, max_positions, dtype,
+                          out);
 }
 
 Status build_rope_cache_range(const RopeConfig& config, int64_t first_position,
                               int64_t num_positions, DType dtype, void* out) {
-  return build_cache_rows("build_rope_cache_range", "num_positions", true, config, first_position,
+  return build_cache_rows("build_rope_cache_range", "num_positions", config, first_position,
                           num_positions, dtype, out);
 }
 
