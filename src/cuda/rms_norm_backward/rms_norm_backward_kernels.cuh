@@ -109,6 +109,22 @@ struct BwdParts {
   }
 };
 
+/// Points of a thread's run through the ring kernel that a probe can record: entry, after the
+/// wait for the previous kernel, after the weight staging's barrier, after its first row, after
+/// its last row, after its share of the partial row is stored.
+enum class BwdPoint : int { kEntry, kWaited, kStaged, kFirstRow, kRowsDone, kStored, kCount };
+
+/// The ring kernel's probe: each thread calls mark(point) as it passes a BwdPoint (kFirstRow
+/// only with a row; kStored only on the block path with register partials) and, on that path in
+/// plain calls, after_partials(a) right after its share of the block's partial row is stored
+/// (no barrier: a probe that reads the row synchronises first). The library's probe does nothing
+/// and compiles to nothing; experiments pass their own to record a block's timeline or to add
+/// work after the partial rows.
+struct BwdNoProbe {
+  __device__ __forceinline__ static void mark(BwdPoint) {}
+  __device__ __forceinline__ static void after_partials(const RmsNormBwdKernelArgs&) {}
+};
+
 /// The row's two sums, reduced over the warp (kWarp) or block: r (from rstd, or recomputed from
 /// sum_sq with the forward's formula) and the mean term c.
 template <bool kWarp, bool kPlain = false>
@@ -476,11 +492,12 @@ __device__ __forceinline__ void bwd_store_partials(float* dst, bool table, int l
 /// block) the ring's dy, x and ds regions; then, for kSmemAcc where the plan made room
 /// (a.w_table), the block's table of weight factors (lanes * V floats). kPlain: launched only for
 /// calls core::bwd_plain_call accepts, whose facts it then takes as fixed (the same bits as the
-/// general form).
+/// general form). Probe: BwdNoProbe in the library (see there).
 template <typename Tin, typename Tdy, int V, int VPT, int S, bool kWarp, bool kSmemAcc,
-          bool kPlain = false, bool kDsDirect = false>
+          bool kPlain = false, bool kDsDirect = false, typename Probe = BwdNoProbe>
 __global__ void __launch_bounds__(core::kBwdMaxThreads, VPT <= 2 ? 2 : 1)
     rms_norm_bwd_rows_kernel(const RmsNormBwdKernelArgs a) {
+  Probe::mark(BwdPoint::kEntry);
   using R = BwdRing<Tin, Tdy, V, VPT, S>;
   extern __shared__ __align__(16) unsigned char smem[];
   float* scratch = reinterpret_cast<float*>(smem);
@@ -529,6 +546,7 @@ __global__ void __launch_bounds__(core::kBwdMaxThreads, VPT <= 2 ? 2 : 1)
   BwdEdge<Tin, Tdy> edge[S];
 
   griddep_wait();
+  Probe::mark(BwdPoint::kWaited);
   griddep_launch_dependents();
   // Prologue: rows 0 .. S-2 of this thread's sequence into stages 0 .. S-2.
 #pragma unroll
@@ -552,6 +570,7 @@ __global__ void __launch_bounds__(core::kBwdMaxThreads, VPT <= 2 ? 2 : 1)
     if (w_own != nullptr) bwd_stage_weight_table<V>(a, w_own, lanes, flat, block_threads);
   }
   __syncthreads();
+  Probe::mark(BwdPoint::kStaged);
 
   // Row it of this thread's sequence sits in stage it % S; its edge element in the register
   // queue edge[0 .. S-1] (edge[0]: the row consumed next), shifted once per row so every index
@@ -570,10 +589,12 @@ __global__ void __launch_bounds__(core::kBwdMaxThreads, VPT <= 2 ? 2 : 1)
     cp_async_wait<S - 1>();
     bwd_consume_row<Tin, Tdy, V, VPT, S, kWarp, kSmemAcc, kPlain, kDsDirect>(
         a, row, s, ring, w_own, wf_e, acc_tab, scratch, edge[0], acc, acc_e);
+    if (it == 0) Probe::mark(BwdPoint::kFirstRow);
 #pragma unroll
     for (int q = 0; q + 1 < S; ++q) edge[q] = edge[q + 1];
     row += step;
   }
+  Probe::mark(BwdPoint::kRowsDone);
 
   if (!BwdParts<kPlain>::dw(a)) return;
   float* part = a.partials + static_cast<int64_t>(blockIdx.x) * a.n;
@@ -588,6 +609,8 @@ __global__ void __launch_bounds__(core::kBwdMaxThreads, VPT <= 2 ? 2 : 1)
       const int edges = static_cast<int>(a.n - static_cast<int64_t>(nbody) * V);
       bwd_store_partials<V, VPT>(part, false, lanes, p, nbody, edges, ring.tid, nthreads, acc,
                                  acc_e);
+      Probe::mark(BwdPoint::kStored);
+      if constexpr (kPlain) Probe::after_partials(a);
     }
   } else {
     cp_async_wait<0>();

@@ -1,0 +1,521 @@
+// RMSNorm backward timeline experiment (H200): where the plain call's per-launch time goes, and
+// what summing the partial rows inside the row kernel would save.
+//
+// Question: at M = 4096 N = 4096 (bf16, saved rstd) the public call takes about 35 us against
+// 25 for a copy of its bytes; about 5 us of it was put down to the ring's start and drain and
+// about 3 us to the column sum (docs/performance.md), without a measurement that splits them.
+//
+// 1. Timeline. The library's plain ring instance (its plan, its grid) is built a second time
+//    with a probe (the kernel's Probe parameter; the library's BwdNoProbe compiles to nothing)
+//    whose thread 0 of each block records %globaltimer at the kernel's BwdPoints: entry, after
+//    the wait for the previous kernel, after the weight staging's barrier, after the first row,
+//    after the last row, after the partial row's store (and clock64 beside each, for spans
+//    within an SM free of the global timer's tick); and the block's SM. Launched with
+//    programmatic dependent launch after the L2 flush, as the library launches it. Per run the
+//    times are taken from the first block released by its wait; the medians over the runs of
+//    each statistic are printed, and the SMs most often among a run's ten latest to finish (a
+//    slow SM that stays slow from run to run would show there).
+// 2. In-kernel column sum. The same instance with a probe whose after_partials waits at a grid
+//    barrier (cooperative launch: the persistent grid is resident by construction; the probe
+//    records when each block leaves the barrier) and then sums
+//    the partial rows into dw in the same kernel: a block takes 8-column chunks (2 lanes per 32
+//    byte sector), its threads' slices of the partial rows are loaded before they are added, then
+//    a warp butterfly and the block's warps in order: a fixed order, so dw is the same run to
+//    run (its grouping differs from the column sum kernel's, so its bits may differ from the
+//    library's in a few columns).
+//
+// Timed (cold-L2 CUDA-event medians): the public call; the library's instance alone and with the
+// library's column sum (both launched with PDL); the timeline instance alone (the probe's cost);
+// the cooperative instance with its in-kernel sum. Checked on poisoned outputs: every variant's
+// dx bit for bit against the public call's, the cooperative dw against the public call's (values
+// differing, largest difference over max |dw|) and against its own second run (bit for bit).
+//
+// Not part of the build:
+//   nvcc -std=c++17 -O3 -gencode=arch=compute_90,code=sm_90 -Iinclude -Isrc -Ibench/experiments \
+//        bench/experiments/rms_norm_backward_timeline.cu build/libropenorm.a \
+//        -o rms_norm_backward_timeline
+// Arguments: row counts (default 1024 4096 32768), N = 4096. At 4 rows per SM or fewer the
+// public call takes the lean kernel instead (core::kBwdLeanMaxRowsPerSm): the program says so.
+#include <cooperative_groups.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "backward_experiment.cuh"
+#include "core/rms_norm_backward_plan.h"
+#include "cuda/common/column_sum.h"
+#include "cuda/common/launch.h"
+#include "cuda/common/pdl.cuh"
+#include "cuda/rms_norm_backward/rms_norm_backward_kernels.cuh"
+#include "experiment_compare.cuh"
+#include "experiment_timing.cuh"
+
+using namespace ropenorm;
+namespace kern = ropenorm::cuda;  // ::cuda is libcu++'s (through cooperative_groups.h)
+using kern::BwdPoint;
+
+namespace {
+
+// Per block: the BwdPoints, then (in-kernel sum) after the grid barrier and after the sum.
+constexpr int kPoints = static_cast<int>(BwdPoint::kCount);
+constexpr int kBarrier = kPoints;
+constexpr int kSummed = kPoints + 1;
+constexpr int kMarks = kPoints + 2;
+constexpr int64_t kN = 4096;
+
+__device__ unsigned long long* g_marks;   // [grid][kMarks], %globaltimer ns
+__device__ unsigned long long* g_clocks;  // [grid][kMarks], the SM's clock64
+__device__ unsigned* g_smid;              // [grid]
+__device__ __nv_bfloat16* g_dw;           // the in-kernel sum's output
+
+__device__ __forceinline__ unsigned long long global_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+__device__ __forceinline__ void record(int slot) {
+  if (threadIdx.x == 0 && threadIdx.y == 0) {
+    const int64_t i = static_cast<int64_t>(blockIdx.x) * kMarks + slot;
+    g_clocks[i] = clock64();
+    g_marks[i] = global_ns();
+    if (slot == 0) {
+      unsigned sm;
+      asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+      g_smid[blockIdx.x] = sm;
+    }
+  }
+}
+
+struct TimelineProbe {
+  __device__ __forceinline__ static void mark(BwdPoint p) { record(static_cast<int>(p)); }
+  __device__ __forceinline__ static void after_partials(const kern::RmsNormBwdKernelArgs&) {}
+};
+
+/// dw[c] = sum over the grid's partial rows, after a grid barrier (see the file comment).
+/// Needs n % 8 == 0, 16-byte aligned partial rows and a block of whole warps (blockDim.y 1).
+__device__ void in_kernel_column_sum(const kern::RmsNormBwdKernelArgs& a) {
+  cooperative_groups::this_grid().sync();
+  record(kBarrier);
+  // The warps' sums in the kernel's dynamic shared memory (the ring is drained by now), so the
+  // instance keeps the library's shared memory and residency.
+  extern __shared__ __align__(16) unsigned char smem[];
+  float(*warp_sums)[8] = reinterpret_cast<float(*)[8]>(smem);
+  const int t = threadIdx.x;
+  const int lane = t % 32, warp = t / 32, warps = blockDim.x / 32;
+  const int half = lane & 1;  // which 4 columns of the chunk
+  const int slice = t >> 1;   // partial rows slice, slice + slices, ...
+  const int slices = blockDim.x >> 1;
+  const int64_t parts = gridDim.x;
+  for (int64_t chunk = blockIdx.x; chunk * 8 < a.n; chunk += gridDim.x) {
+    const int64_t col = chunk * 8 + half * 4;
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    constexpr int kBatch = 8;
+    for (int64_t p = slice; p < parts; p += int64_t{kBatch} * slices) {
+      float4 v[kBatch];
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) {
+        if (p + u * slices < parts) {
+          v[u] = __ldcg(reinterpret_cast<const float4*>(a.partials + (p + u * slices) * a.n + col));
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) {
+        if (p + u * slices < parts) {
+          acc[0] += v[u].x;
+          acc[1] += v[u].y;
+          acc[2] += v[u].z;
+          acc[3] += v[u].w;
+        }
+      }
+    }
+#pragma unroll
+    for (int m = 2; m < 32; m *= 2) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[i] += __shfl_xor_sync(0xffffffffu, acc[i], m);
+    }
+    if (lane < 2) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) warp_sums[warp][lane * 4 + i] = acc[i];
+    }
+    __syncthreads();
+    if (t < 8) {
+      float total = warp_sums[0][t];
+      for (int w = 1; w < warps; ++w) total += warp_sums[w][t];
+      g_dw[chunk * 8 + t] = __float2bfloat16_rn(total);
+    }
+    __syncthreads();
+  }
+  record(kSummed);
+}
+
+struct CoopSumProbe {
+  __device__ __forceinline__ static void mark(BwdPoint p) { record(static_cast<int>(p)); }
+  __device__ __forceinline__ static void after_partials(const kern::RmsNormBwdKernelArgs& a) {
+    in_kernel_column_sum(a);
+  }
+};
+
+using Kernel = void (*)(kern::RmsNormBwdKernelArgs);
+using kern::bf16;
+constexpr int kVpt = core::kBwdPlainDeepVpt;
+constexpr int kStages = core::kBwdPlainDeepStages;
+const Kernel kLibrary =
+    kern::rms_norm_bwd_rows_kernel<bf16, bf16, 8, kVpt, kStages, false, false, true>;
+const Kernel kTimeline = kern::rms_norm_bwd_rows_kernel<bf16, bf16, 8, kVpt, kStages, false, false,
+                                                        true, false, TimelineProbe>;
+const Kernel kCoop = kern::rms_norm_bwd_rows_kernel<bf16, bf16, 8, kVpt, kStages, false, false,
+                                                    true, false, CoopSumProbe>;
+
+/// The library's plan for the plain bf16 call on rows of kN (the ring the instances above are).
+core::RmsNormBwdPlan library_plan() {
+  core::RmsNormBwdPlan p = core::plan_rms_norm_backward_ds(kN, 8, true, true, 4, 0, false, true);
+  p = core::bwd_plain_plan(p, 2, kern::device_smem_per_sm(),
+                           kern::device_smem_reserved_per_block());
+  if (p.path != core::RmsNormBwdPath::kBlockPerRow || p.vpt != kVpt || p.stages != kStages) {
+    std::printf("the library's plain plan is not the instance built here (vpt %d, stages %d)\n",
+                p.vpt, p.stages);
+    std::exit(1);
+  }
+  return p;
+}
+
+int resident(Kernel k, const core::RmsNormBwdPlan& p) {
+  CK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                          static_cast<int>(p.smem_bytes)));
+  int r = 0;
+  CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&r, k, p.threads, p.smem_bytes));
+  return r;
+}
+
+/// How a variant is launched: with PDL (as the library), cooperative (the grid barrier of the
+/// in-kernel sum), or cooperative with PDL.
+enum class Launch { kPdl, kCoop, kCoopPdl };
+
+/// Launches k on `grid` blocks of the plan's shape; returns the launch's error.
+cudaError_t try_launch(Kernel k, const kern::RmsNormBwdKernelArgs& a, const core::RmsNormBwdPlan& p,
+                       int64_t grid, Launch how) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(static_cast<unsigned>(grid));
+  cfg.blockDim = dim3(p.threads);
+  cfg.dynamicSmemBytes = static_cast<size_t>(p.smem_bytes);
+  cudaLaunchAttribute attr[2];
+  int n = 0;
+  if (how != Launch::kPdl) {
+    attr[n].id = cudaLaunchAttributeCooperative;
+    attr[n++].val.cooperative = 1;
+  }
+  if (how != Launch::kCoop) {
+    attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[n++].val.programmaticStreamSerializationAllowed = 1;
+  }
+  cfg.attrs = attr;
+  cfg.numAttrs = n;
+  return cudaLaunchKernelEx(&cfg, k, a);
+}
+
+void launch(Kernel k, const kern::RmsNormBwdKernelArgs& a, const core::RmsNormBwdPlan& p,
+            int64_t grid, Launch how) {
+  CK(try_launch(k, a, p, grid, how));
+}
+
+double bf16_value(uint16_t bits) {
+  const uint32_t u = static_cast<uint32_t>(bits) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+/// One run's timeline statistics, in print order: us from the first block released by its wait
+/// (globaltimer), in-SM spans in thousands of clock64 cycles (kcyc).
+using Timeline = std::vector<std::pair<std::string, double>>;
+
+double quantile(std::vector<double> v, double q) {
+  std::sort(v.begin(), v.end());
+  return v[static_cast<size_t>(q * static_cast<double>(v.size() - 1) + 0.5)];
+}
+
+/// The run's statistics; `late` receives the SMs of the 10 latest-finishing (kStored) SMs.
+Timeline summarise(const std::vector<unsigned long long>& marks,
+                   const std::vector<unsigned long long>& clocks, const std::vector<unsigned>& sm,
+                   int64_t grid, bool summed, std::vector<unsigned>* late) {
+  auto at = [&](int64_t b, int slot) { return static_cast<double>(marks[b * kMarks + slot]); };
+  auto cyc = [&](int64_t b, int from, int to) {
+    return static_cast<double>(clocks[b * kMarks + to] - clocks[b * kMarks + from]) / 1e3;
+  };
+  constexpr int kW = static_cast<int>(BwdPoint::kWaited), kS = static_cast<int>(BwdPoint::kStaged);
+  constexpr int kF = static_cast<int>(BwdPoint::kFirstRow);
+  constexpr int kR = static_cast<int>(BwdPoint::kRowsDone);
+  constexpr int kP = static_cast<int>(BwdPoint::kStored);
+  double t0 = at(0, kW);
+  for (int64_t b = 0; b < grid; ++b) t0 = std::min(t0, at(b, kW));
+  auto rel = [&](int64_t b, int slot) { return (at(b, slot) - t0) / 1e3; };
+  std::vector<double> entry, waited, staged, first, done, stored, barrier, sum_end;
+  std::vector<double> c_staging, c_first, c_rows, c_store;
+  std::map<unsigned, double> sm_done;
+  double resolution = 1e30;
+  for (int64_t b = 0; b < grid; ++b) {
+    entry.push_back(rel(b, 0));
+    waited.push_back(rel(b, kW));
+    staged.push_back(rel(b, kS));
+    first.push_back(rel(b, kF));
+    done.push_back(rel(b, kR));
+    stored.push_back(rel(b, kP));
+    c_staging.push_back(cyc(b, kW, kS));
+    c_first.push_back(cyc(b, kS, kF));
+    c_rows.push_back(cyc(b, kF, kR));
+    c_store.push_back(cyc(b, kR, kP));
+    if (summed) {
+      barrier.push_back(rel(b, kBarrier));
+      sum_end.push_back(rel(b, kSummed));
+    }
+    sm_done[sm[b]] = std::max(sm_done[sm[b]], rel(b, kP));
+    for (int s = 1; s <= kP; ++s) {
+      const double d = at(b, s) - at(b, s - 1);
+      if (d > 0) resolution = std::min(resolution, d);
+    }
+  }
+  std::vector<std::pair<double, unsigned>> by_done;
+  std::vector<double> per_sm;
+  for (const auto& kv : sm_done) {
+    per_sm.push_back(kv.second);
+    by_done.push_back({kv.second, kv.first});
+  }
+  std::sort(by_done.rbegin(), by_done.rend());
+  late->clear();
+  for (size_t i = 0; i < by_done.size() && i < 10; ++i) late->push_back(by_done[i].second);
+  Timeline t = {
+      {"entry min", quantile(entry, 0)},
+      {"entry max", quantile(entry, 1)},
+      {"released max", quantile(waited, 1)},
+      {"staged med", quantile(staged, 0.5)},
+      {"staged max", quantile(staged, 1)},
+      {"first row med", quantile(first, 0.5)},
+      {"first row max", quantile(first, 1)},
+      {"last row min", quantile(done, 0)},
+      {"last row p10", quantile(done, 0.1)},
+      {"last row med", quantile(done, 0.5)},
+      {"last row p90", quantile(done, 0.9)},
+      {"last row max", quantile(done, 1)},
+      {"stored max", quantile(stored, 1)},
+      {"SM done min", quantile(per_sm, 0)},
+      {"SM done med", quantile(per_sm, 0.5)},
+      {"SM done max", quantile(per_sm, 1)},
+      {"staging kcyc med", quantile(c_staging, 0.5)},
+      {"first row kcyc med", quantile(c_first, 0.5)},
+      {"rows kcyc med", quantile(c_rows, 0.5)},
+      {"rows kcyc max", quantile(c_rows, 1)},
+      {"store kcyc med", quantile(c_store, 0.5)},
+      {"resolution ns", resolution},
+  };
+  if (summed) {
+    t.push_back({"barrier min", quantile(barrier, 0)});
+    t.push_back({"barrier max", quantile(barrier, 1)});
+    t.push_back({"summed max", quantile(sum_end, 1)});
+  }
+  return t;
+}
+
+void print_timelines(const char* name, const std::vector<Timeline>& runs,
+                     const std::map<unsigned, int>& late_count) {
+  std::printf(
+      "  %s, median of %zu cold runs (us from the first block's release; kcyc: "
+      "thousands of the SM's cycles):\n   ",
+      name, runs.size());
+  for (size_t i = 0; i < runs[0].size(); ++i) {
+    std::vector<double> v;
+    for (const auto& r : runs) v.push_back(r[i].second);
+    std::printf(" %s %.3f;", runs[0][i].first.c_str(), quantile(v, 0.5));
+    if (i % 6 == 5) std::printf("\n   ");
+  }
+  std::vector<std::pair<int, unsigned>> counts;
+  for (const auto& kv : late_count) counts.push_back({kv.second, kv.first});
+  std::sort(counts.rbegin(), counts.rend());
+  std::printf("\n    SMs most often among a run's 10 latest to finish (SM: runs):");
+  for (size_t i = 0; i < counts.size() && i < 8; ++i) {
+    std::printf(" %u: %d", counts[i].second, counts[i].first);
+  }
+  std::printf("\n");
+}
+
+/// Prints the timelines of `runs` cold launches of k launched `how` after the flush.
+void timelines(const char* name, Kernel k, const kern::RmsNormBwdKernelArgs& a,
+               const core::RmsNormBwdPlan& p, int64_t grid, Launch how,
+               unsigned long long* marks_dev, unsigned long long* clocks_dev, unsigned* sm_dev,
+               int runs) {
+  std::vector<Timeline> out;
+  std::map<unsigned, int> late_count;
+  std::vector<unsigned long long> marks(static_cast<size_t>(grid) * kMarks), clocks(marks.size());
+  std::vector<unsigned> sm(static_cast<size_t>(grid)), late;
+  for (int i = 0; i < runs + 2; ++i) {
+    CK(cudaMemset(marks_dev, 0, marks.size() * sizeof(marks[0])));
+    flush();
+    launch(k, a, p, grid, how);
+    CK(cudaDeviceSynchronize());
+    if (i < 2) continue;
+    CK(cudaMemcpy(marks.data(), marks_dev, marks.size() * 8, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(clocks.data(), clocks_dev, clocks.size() * 8, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(sm.data(), sm_dev, sm.size() * sizeof(unsigned), cudaMemcpyDeviceToHost));
+    out.push_back(summarise(marks, clocks, sm, grid, how != Launch::kPdl, &late));
+    for (unsigned s : late) ++late_count[s];
+  }
+  print_timelines(name, out, late_count);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<int64_t> ms;
+  for (int i = 1; i < argc; ++i) ms.push_back(std::atoll(argv[i]));
+  if (ms.empty()) ms = {1024, 4096, 32768};
+  for (int64_t m : ms) {
+    if (m < 1 || m > 32768) {
+      std::printf("row counts 1 .. 32768, got %lld\n", static_cast<long long>(m));
+      return 1;
+    }
+  }
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+    std::printf("no CUDA device\n");
+    return 1;
+  }
+  const core::RmsNormBwdPlan p = library_plan();
+  const int sms = kern::device_sm_count();
+  const int r_lib = resident(kLibrary, p), r_tl = resident(kTimeline, p), r_co = resident(kCoop, p);
+  std::printf(
+      "plain bf16 ring, N = %lld: %d x %d, %d stages, %lld B shared; resident blocks per "
+      "SM: library %d, timeline %d, in-kernel sum %d; %d SMs\n",
+      static_cast<long long>(kN), p.threads, p.vpt, p.stages, static_cast<long long>(p.smem_bytes),
+      r_lib, r_tl, r_co, sms);
+  const BwdBuffers b = alloc_bwd_buffers(32768, kN);
+  unsigned long long *marks_dev, *clocks_dev;
+  unsigned* sm_dev;
+  const int64_t max_grid = int64_t{r_lib} * sms;
+  CK(cudaMalloc(&marks_dev, static_cast<size_t>(max_grid) * kMarks * 8));
+  CK(cudaMalloc(&clocks_dev, static_cast<size_t>(max_grid) * kMarks * 8));
+  CK(cudaMalloc(&sm_dev, static_cast<size_t>(max_grid) * 4));
+  void* coop_dw;
+  CK(cudaMalloc(&coop_dw, kN * 2));
+  CK(cudaMemcpyToSymbol(g_marks, &marks_dev, sizeof(marks_dev)));
+  CK(cudaMemcpyToSymbol(g_clocks, &clocks_dev, sizeof(clocks_dev)));
+  CK(cudaMemcpyToSymbol(g_smid, &sm_dev, sizeof(sm_dev)));
+  CK(cudaMemcpyToSymbol(g_dw, &coop_dw, sizeof(coop_dw)));
+  RmsNormBackwardParams bp;
+  bp.eps = 1e-6f;
+
+  for (int64_t m : ms) {
+    const BwdShape sh = bwd_shape(b.x, b.w, b.rstd, b.dx, b.ws, b.ws_bytes, b.dw, m, kN);
+    const size_t count = static_cast<size_t>(m) * kN;
+    const kern::RmsNormBwdKernelArgs a =
+        bwd_args(b.dy, b.x, nullptr, b.w, b.rstd, b.dx, nullptr, b.ws, m, kN);
+    const int64_t grid = core::bwd_grid(m, kN, p, r_lib, sms);
+    if (m <= core::kBwdLeanMaxRowsPerSm * int64_t{sms}) {
+      std::printf(
+          "\nM = %lld: the public call takes the lean kernel at this row count, not the "
+          "ring instance timed beside it\n",
+          static_cast<long long>(m));
+    }
+    auto pub = [&] {
+      check(rms_norm_backward(rows(b.dy, DType::kBFloat16, m, kN), sh.x, sh.w, sh.rstd,
+                              rows(b.dx, DType::kBFloat16, m, kN), sh.dw, sh.ws, bp),
+            "backward");
+    };
+    auto with_sum = [&](Kernel k) {
+      launch(k, a, p, grid, Launch::kPdl);
+      check(kern::launch_column_sum("timeline", a.partials, grid, kN, DType::kBFloat16, b.dw,
+                                    nullptr),
+            "column sum");
+    };
+    // Outputs: the public call's dx and dw, then each variant's dx (and the in-kernel dw) on
+    // poisoned buffers.
+    CK(cudaMemset(b.dx, 0xff, count * 2));
+    CK(cudaMemset(b.dw, 0xff, kN * 2));
+    pub();
+    CK(cudaDeviceSynchronize());
+    const std::vector<uint16_t> dx_ref = device_values(b.dx, count);
+    const std::vector<uint16_t> dw_ref = device_values(b.dw, kN);
+    auto dx_of = [&](auto&& run) {
+      CK(cudaMemset(b.dx, 0xff, count * 2));
+      run();
+      CK(cudaDeviceSynchronize());
+      return differing(dx_ref, device_values(b.dx, count));
+    };
+    CK(cudaMemset(b.dw, 0xff, kN * 2));  // so the library instance's dw is its own
+    const size_t d_lib = dx_of([&] { with_sum(kLibrary); });
+    const std::vector<uint16_t> dw_lib = device_values(b.dw, kN);
+    const size_t d_tl = dx_of([&] { launch(kTimeline, a, p, grid, Launch::kPdl); });
+    const bool coop_fits = r_co * int64_t{sms} >= grid && kN % 8 == 0;
+    size_t d_co = 0, dw_co_differ = 0, dw_co_rerun = 0;
+    double dw_co_err = 0.0, dw_max = 0.0;
+    if (coop_fits) {
+      CK(cudaMemset(coop_dw, 0xff, kN * 2));
+      d_co = dx_of([&] { launch(kCoop, a, p, grid, Launch::kCoop); });
+      const std::vector<uint16_t> dw_co = device_values(coop_dw, kN);
+      CK(cudaMemset(coop_dw, 0xff, kN * 2));
+      launch(kCoop, a, p, grid, Launch::kCoop);
+      CK(cudaDeviceSynchronize());
+      dw_co_rerun = differing(dw_co, device_values(coop_dw, kN));
+      dw_co_differ = differing(dw_ref, dw_co);
+      for (size_t i = 0; i < dw_ref.size(); ++i) {
+        const double r = bf16_value(dw_ref[i]), c = bf16_value(dw_co[i]);
+        dw_max = std::max(dw_max, std::fabs(r));
+        dw_co_err = std::max(dw_co_err, std::fabs(r - c));
+      }
+    }
+    std::printf(
+        "\nM = %lld (grid %lld): dx values differing from the public call's: library "
+        "instance %zu, timeline %zu, in-kernel sum %s%zu; dw: library instance %zu "
+        "differing",
+        static_cast<long long>(m), static_cast<long long>(grid), d_lib, d_tl,
+        coop_fits ? "" : "(not run) ", d_co, differing(dw_ref, dw_lib));
+    if (coop_fits) {
+      std::printf(
+          ", in-kernel sum %zu differing (largest %.3g of max |dw| %.3g), %zu differing "
+          "between two of its runs",
+          dw_co_differ, dw_co_err / dw_max, dw_max, dw_co_rerun);
+    }
+    std::printf("\n");
+    const float t_pub = time_med(pub, true);
+    const float t_lib = time_med([&] { launch(kLibrary, a, p, grid, Launch::kPdl); }, true);
+    const float t_sum = time_med([&] { with_sum(kLibrary); }, true);
+    const float t_tl = time_med([&] { launch(kTimeline, a, p, grid, Launch::kPdl); }, true);
+    const float t_co =
+        coop_fits ? time_med([&] { launch(kCoop, a, p, grid, Launch::kCoop); }, true) : 0.f;
+    // Cooperative with PDL: timed where the runtime takes the pair of attributes.
+    float t_cp = 0.f;
+    cudaError_t cp_err = cudaErrorNotSupported;
+    if (coop_fits) {
+      cp_err = try_launch(kCoop, a, p, grid, Launch::kCoopPdl);
+      cudaGetLastError();
+      CK(cudaDeviceSynchronize());
+      if (cp_err == cudaSuccess) {
+        t_cp = time_med([&] { launch(kCoop, a, p, grid, Launch::kCoopPdl); }, true);
+      }
+    }
+    std::printf(
+        "  cold-L2 medians: public %.2f us; library instance alone %.2f, with the column "
+        "sum %.2f; timeline instance %.2f; in-kernel sum %.2f (cooperative), ",
+        t_pub, t_lib, t_sum, t_tl, t_co);
+    if (cp_err == cudaSuccess) {
+      std::printf("%.2f (cooperative + PDL)\n", t_cp);
+    } else {
+      std::printf("cooperative + PDL not launched: %s\n", cudaGetErrorString(cp_err));
+    }
+    timelines("timeline instance (PDL after the flush)", kTimeline, a, p, grid, Launch::kPdl,
+              marks_dev, clocks_dev, sm_dev, 15);
+    if (coop_fits) {
+      timelines("in-kernel sum (cooperative)", kCoop, a, p, grid, Launch::kCoop, marks_dev,
+                clocks_dev, sm_dev, 15);
+    }
+  }
+  return 0;
+}
