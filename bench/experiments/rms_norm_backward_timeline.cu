@@ -24,6 +24,11 @@
 //    run (its grouping differs from the column sum kernel's, so its bits may differ from the
 //    library's in a few columns).
 //
+// 3. A pattern kernel: the row kernel's traffic in its row order with no arithmetic (dx = dy ^ x,
+//    checked against the host), on the library's grid and on one block per row, timed and
+//    recorded the same way: whether a kernel that does nothing but move the rows spreads its
+//    blocks' finish times as the row kernel does.
+//
 // Timed (cold-L2 CUDA-event medians): the public call; the library's instance alone and with the
 // library's column sum (both launched with PDL); the timeline instance alone (the probe's cost);
 // the cooperative instance with its in-kernel sum. Checked on poisoned outputs: every variant's
@@ -165,6 +170,50 @@ struct CoopSumProbe {
   }
 };
 
+/// The row kernel's traffic in its row order with no arithmetic: block b takes rows b, b + grid,
+/// ... of dy and x (thread t their 16-byte vectors t, t + T, ...: the ring instance's columns)
+/// and writes dx = dy ^ x, the next row's loads issued before the current row's stores (two rows
+/// in flight per block, in registers). On the library's grid it shows whether the blocks' finish
+/// times spread as the row kernel's do; on a grid of one block per row the hardware hands out the
+/// rows. Records the timeline's points (no staging: kStaged at the release).
+template <int K>
+__global__ void __launch_bounds__(128) rows_pattern_kernel(const kern::RmsNormBwdKernelArgs a) {
+  record(0);
+  kern::griddep_wait();
+  record(static_cast<int>(BwdPoint::kWaited));
+  kern::griddep_launch_dependents();
+  record(static_cast<int>(BwdPoint::kStaged));
+  const int64_t vecs = a.n / 8;
+  const uint4* dy = static_cast<const uint4*>(a.dy);
+  const uint4* x = static_cast<const uint4*>(a.x);
+  uint4* dx = static_cast<uint4*>(a.dx);
+  uint4 cy[K], cx[K], ny[K], nx[K];
+  int64_t row = blockIdx.x;
+  auto load = [&](int64_t r, uint4(&ly)[K], uint4(&lx)[K]) {
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      ly[k] = dy[r * vecs + threadIdx.x + k * blockDim.x];
+      lx[k] = x[r * vecs + threadIdx.x + k * blockDim.x];
+    }
+  };
+  if (row < a.m) load(row, cy, cx);
+  for (int it = 0; row < a.m; ++it) {
+    const int64_t next = row + gridDim.x;
+    if (next < a.m) load(next, ny, nx);
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      dx[row * vecs + threadIdx.x + k * blockDim.x] =
+          make_uint4(cy[k].x ^ cx[k].x, cy[k].y ^ cx[k].y, cy[k].z ^ cx[k].z, cy[k].w ^ cx[k].w);
+      cy[k] = ny[k];
+      cx[k] = nx[k];
+    }
+    if (it == 0) record(static_cast<int>(BwdPoint::kFirstRow));
+    row = next;
+  }
+  record(static_cast<int>(BwdPoint::kRowsDone));
+  record(static_cast<int>(BwdPoint::kStored));
+}
+
 using Kernel = void (*)(kern::RmsNormBwdKernelArgs);
 using kern::bf16;
 constexpr int kVpt = core::kBwdPlainDeepVpt;
@@ -173,6 +222,7 @@ const Kernel kLibrary =
     kern::rms_norm_bwd_rows_kernel<bf16, bf16, 8, kVpt, kStages, false, false, true>;
 const Kernel kTimeline = kern::rms_norm_bwd_rows_kernel<bf16, bf16, 8, kVpt, kStages, false, false,
                                                         true, false, TimelineProbe>;
+const Kernel kPattern = rows_pattern_kernel<4>;
 const Kernel kCoop = kern::rms_norm_bwd_rows_kernel<bf16, bf16, 8, kVpt, kStages, false, false,
                                                     true, false, CoopSumProbe>;
 
@@ -391,15 +441,21 @@ int main(int argc, char** argv) {
   const core::RmsNormBwdPlan p = library_plan();
   const int sms = kern::device_sm_count();
   const int r_lib = resident(kLibrary, p), r_tl = resident(kTimeline, p), r_co = resident(kCoop, p);
+  const int r_pat = resident(kPattern, p);  // the ring's shared memory: as many blocks per SM
+  if (p.threads * 4 * 8 != kN) {
+    std::printf("the pattern kernel's 4 vectors per thread do not cover a row\n");
+    return 1;
+  }
   std::printf(
       "plain bf16 ring, N = %lld: %d x %d, %d stages, %lld B shared; resident blocks per "
-      "SM: library %d, timeline %d, in-kernel sum %d; %d SMs\n",
+      "SM: library %d, timeline %d, in-kernel sum %d, pattern %d; %d SMs\n",
       static_cast<long long>(kN), p.threads, p.vpt, p.stages, static_cast<long long>(p.smem_bytes),
-      r_lib, r_tl, r_co, sms);
+      r_lib, r_tl, r_co, r_pat, sms);
   const BwdBuffers b = alloc_bwd_buffers(32768, kN);
   unsigned long long *marks_dev, *clocks_dev;
   unsigned* sm_dev;
-  const int64_t max_grid = int64_t{r_lib} * sms;
+  // The marks of the largest grid: the pattern kernel's one block per row at 32768 rows.
+  const int64_t max_grid = std::max<int64_t>(int64_t{r_lib} * sms, 32768);
   CK(cudaMalloc(&marks_dev, static_cast<size_t>(max_grid) * kMarks * 8));
   CK(cudaMalloc(&clocks_dev, static_cast<size_t>(max_grid) * kMarks * 8));
   CK(cudaMalloc(&sm_dev, static_cast<size_t>(max_grid) * 4));
@@ -443,12 +499,13 @@ int main(int argc, char** argv) {
     CK(cudaDeviceSynchronize());
     const std::vector<uint16_t> dx_ref = device_values(b.dx, count);
     const std::vector<uint16_t> dw_ref = device_values(b.dw, kN);
-    auto dx_of = [&](auto&& run) {
+    auto dx_of_vs = [&](const std::vector<uint16_t>& ref, auto&& run) {
       CK(cudaMemset(b.dx, 0xff, count * 2));
       run();
       CK(cudaDeviceSynchronize());
-      return differing(dx_ref, device_values(b.dx, count));
+      return differing(ref, device_values(b.dx, count));
     };
+    auto dx_of = [&](auto&& run) { return dx_of_vs(dx_ref, run); };
     CK(cudaMemset(b.dw, 0xff, kN * 2));  // so the library instance's dw is its own
     const size_t d_lib = dx_of([&] { with_sum(kLibrary); });
     const std::vector<uint16_t> dw_lib = device_values(b.dw, kN);
@@ -484,6 +541,17 @@ int main(int argc, char** argv) {
           dw_co_differ, dw_co_err / dw_max, dw_max, dw_co_rerun);
     }
     std::printf("\n");
+    // The pattern kernel's dx against dy ^ x on the host, on the library's grid and on one block
+    // per row.
+    const std::vector<uint16_t> dy_h = device_values(b.dy, count), x_h = device_values(b.x, count);
+    std::vector<uint16_t> want(count);
+    for (size_t i = 0; i < count; ++i) want[i] = static_cast<uint16_t>(dy_h[i] ^ x_h[i]);
+    const size_t d_pat = dx_of_vs(want, [&] { launch(kPattern, a, p, grid, Launch::kPdl); });
+    const size_t d_pat_rows = dx_of_vs(want, [&] { launch(kPattern, a, p, m, Launch::kPdl); });
+    std::printf(
+        "  pattern kernel: %zu dx values differing from dy ^ x on the library's grid, %zu "
+        "on one block per row\n",
+        d_pat, d_pat_rows);
     const float t_pub = time_med(pub, true);
     const float t_lib = time_med([&] { launch(kLibrary, a, p, grid, Launch::kPdl); }, true);
     const float t_sum = time_med([&] { with_sum(kLibrary); }, true);
@@ -510,12 +578,20 @@ int main(int argc, char** argv) {
     } else {
       std::printf("cooperative + PDL not launched: %s\n", cudaGetErrorString(cp_err));
     }
+    const float t_pat = time_med([&] { launch(kPattern, a, p, grid, Launch::kPdl); }, true);
+    const float t_pat_rows = time_med([&] { launch(kPattern, a, p, m, Launch::kPdl); }, true);
+    std::printf("  pattern kernel: %.2f us on the library's grid, %.2f on one block per row\n",
+                t_pat, t_pat_rows);
     timelines("timeline instance (PDL after the flush)", kTimeline, a, p, grid, Launch::kPdl,
               marks_dev, clocks_dev, sm_dev, 15);
     if (coop_fits) {
       timelines("in-kernel sum (cooperative)", kCoop, a, p, grid, Launch::kCoop, marks_dev,
                 clocks_dev, sm_dev, 15);
     }
+    timelines("pattern kernel on the library's grid", kPattern, a, p, grid, Launch::kPdl, marks_dev,
+              clocks_dev, sm_dev, 15);
+    timelines("pattern kernel, one block per row", kPattern, a, p, m, Launch::kPdl, marks_dev,
+              clocks_dev, sm_dev, 15);
   }
   return 0;
 }

@@ -1,0 +1,249 @@
+// RoPE with Hugging Face's gathered cos/sin (H200): the source the transformers integration
+// passes (`hf_cos_sin_gathered`, the position_embeddings of a Hugging Face model: [B, S, R] per
+// token, or [1, S, R] broadcast over B). The planner serves it with the lean kernel up to 64
+// tokens (core::rope_lean_max_tokens) and with the general kernel beyond, since the lean run
+// takes only cos/sin rows indexed by position (core::rope_lean_run); with a cache at positions
+// the same call takes the lean run from 4096 tokens (the general kernel ran D = 128 neox at
+// T = 65536 in 395.4 us against the lean run's 339.6 in rope-lean-run-91e26df-*).
+//
+// Question: would the lean run, with the source read at run time (LeanAny, as QK-norm + RoPE's
+// LeanLanes already serves these tables), or the lean kernel per token serve the gathered tables
+// faster than the general kernel, and from how many tokens?
+//
+// Cases: bf16 q [B, S, 32, 128], k [B, S, 8, 128]; bf16 cos and sin (a bf16 model's
+// position_embeddings) gathered on the host from the default f32 cache at random int64 positions
+// below T, halves duplicated: [1, T, 128] for B = 1, and [1, S, 128] viewed as [4, S, 128] with
+// batch stride 0 for B = 4 (as the integration passes a batch); neox and gptj; T = 1024, 4096,
+// 16384, 65536.
+// Variants: the library (its pick printed), the lean kernel per token (LeanAny on
+// plan_rope_lean's grid), the lean run (LeanAny on plan_rope_lean_run's grid at 2 and 4 x 320
+// threads per multiprocessor, the library's lean-run shapes), and beside them the library on the
+// cache at the same positions (a timing reference: its angles are the cache's f32 values, not
+// the tables' bf16 ones, so its outputs are not compared).
+// Checks: every variant's outputs (poisoned before each run) bit for bit against the general
+// kernel's (cuda::run_rope with the lean kernels disallowed).
+// Cold-L2 CUDA-event medians. Arguments (optional): run lengths. Not part of the build:
+//   nvcc -std=c++17 -O3 -gencode=arch=compute_90,code=sm_90 -Iinclude -Isrc -Ibench/experiments \
+//        bench/experiments/rope_gathered_tables.cu build/libropenorm.a -o rope_gathered_tables
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/rope_plan.h"
+#include "core/rope_validate.h"
+#include "cuda/common/dtype.cuh"
+#include "cuda/common/launch.h"
+#include "cuda/rope/rope_host.h"
+#include "cuda/rope/rope_lean_run.cuh"
+#include "cuda/rope/rope_run.h"
+#include "decode_inputs.cuh"
+#include "experiment_timing.cuh"
+#include "reference/host_float.h"
+#include "ropenorm/rope.h"
+
+using namespace ropenorm;
+using namespace ropenorm::cuda;
+
+namespace {
+
+constexpr int kHq = 32, kHk = 8, kD = 128, kHalf = kD / 2;
+
+const char* plan_name(const core::RopePlan& p) {
+  return p.lean_run ? "lean run" : (p.lean ? "lean" : "general");
+}
+
+/// bf16 cos and sin tables [rows, kD] for `pos` (one row per entry), halves duplicated, from
+/// the f32 cache [P, kD] (c_0 .. c_63, then s_0 .. s_63 per row).
+void gathered_tables(const std::vector<float>& cache, const std::vector<int64_t>& pos,
+                     std::vector<uint16_t>* cos, std::vector<uint16_t>* sin) {
+  cos->resize(pos.size() * kD);
+  sin->resize(pos.size() * kD);
+  for (size_t t = 0; t < pos.size(); ++t) {
+    const float* row = cache.data() + pos[t] * kD;
+    for (int i = 0; i < kHalf; ++i) {
+      const uint16_t c = ref::double_to_bf16_bits(row[i]);
+      const uint16_t s = ref::double_to_bf16_bits(row[kHalf + i]);
+      (*cos)[t * kD + i] = (*cos)[t * kD + kHalf + i] = c;
+      (*sin)[t * kD + i] = (*sin)[t * kD + kHalf + i] = s;
+    }
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+    std::printf("no CUDA device\n");
+    return 1;
+  }
+  std::vector<int64_t> runs = {1024, 4096, 16384, 65536};
+  if (argc > 1) runs.clear();
+  for (int i = 1; i < argc; ++i) runs.push_back(std::atoll(argv[i]));
+  for (int64_t t : runs) {
+    if (t < 4 || t > 65536 || t % 4 != 0) {
+      std::printf("run lengths: multiples of 4 in 4 .. 65536, got %lld\n",
+                  static_cast<long long>(t));
+      return 1;
+    }
+  }
+  const int64_t max_t = 65536;
+  const size_t qn = max_t * kHq * kD, kn = max_t * kHk * kD;
+  std::mt19937_64 rng(20261205);
+  bf16 *q = device_bf16(random_bf16(rng, qn)), *k = device_bf16(random_bf16(rng, kn));
+  bf16 *yq = device_bf16({}, qn), *yk = device_bf16({}, kn), *yq2 = device_bf16({}, qn),
+       *yk2 = device_bf16({}, kn);
+  int sms = 0;
+  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  std::printf(
+      "registers: lean run LeanAny bf16 tables neox %d, gptj %d; lean LeanAny neox %d\n",
+      regs_of(reinterpret_cast<const void*>(rope_lean_run_kernel<bf16, bf16, false, LeanAny>)),
+      regs_of(reinterpret_cast<const void*>(rope_lean_run_kernel<bf16, bf16, true, LeanAny>)),
+      regs_of(reinterpret_cast<const void*>(rope_lean_kernel<bf16, bf16, false, LeanAny>)));
+  std::printf("copy bandwidth %.1f GB/s\n", copy_bandwidth_gbps(size_t{1} << 30));
+  const Device d0 = Device::cuda(0);
+  std::vector<float> cache_h(max_t * kD);
+  RopeConfig rc;
+  rc.rotary_dim = kD;
+  check(build_rope_cache(rc, max_t, DType::kFloat32, cache_h.data()), "cache");
+  float* cache_d;
+  CK(cudaMalloc(&cache_d, cache_h.size() * 4));
+  CK(cudaMemcpy(cache_d, cache_h.data(), cache_h.size() * 4, cudaMemcpyHostToDevice));
+  int64_t* pos_d;
+  CK(cudaMalloc(&pos_d, max_t * 8));
+  bf16 *cos_d = device_bf16({}, max_t * kD), *sin_d = device_bf16({}, max_t * kD);
+
+  for (int batch : {1, 4}) {
+    for (RopeStyle style : {RopeStyle::kNeox, RopeStyle::kGptj}) {
+      const bool gptj = style == RopeStyle::kGptj;
+      for (int64_t t : runs) {
+        const int64_t s = t / batch;
+        // Positions: per token for B = 1; for B = 4 one row per sequence index, shared by the
+        // batch (the broadcast table), so every sequence has the same positions.
+        std::vector<int64_t> pos_h(s);
+        for (auto& v : pos_h) v = static_cast<int64_t>(rng() % static_cast<uint64_t>(t));
+        std::vector<int64_t> pos_tokens;
+        for (int b = 0; b < batch; ++b)
+          pos_tokens.insert(pos_tokens.end(), pos_h.begin(), pos_h.end());
+        CK(cudaMemcpy(pos_d, pos_tokens.data(), t * 8, cudaMemcpyHostToDevice));
+        std::vector<uint16_t> cos_h, sin_h;
+        gathered_tables(cache_h, pos_h, &cos_h, &sin_h);
+        CK(cudaMemcpy(cos_d, cos_h.data(), cos_h.size() * 2, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(sin_d, sin_h.data(), sin_h.size() * 2, cudaMemcpyHostToDevice));
+        auto view = [&](void* p, int64_t heads) {
+          return TensorRef::contiguous(p, DType::kBFloat16, {batch, s, heads, kD}, d0);
+        };
+        RopeCosSin gathered;
+        gathered.kind = CosSinKind::kHfCosSinGathered;
+        gathered.cos = TensorRef(cos_d, DType::kBFloat16, {batch, s, kD}, {0, kD, 1}, d0);
+        gathered.sin = TensorRef(sin_d, DType::kBFloat16, {batch, s, kD}, {0, kD, 1}, d0);
+        RopeParams prm;
+        prm.style = style;
+        const RopePositions none;
+        const core::RopeCall call{view(q, kHq), view(k, kHk), view(yq2, kHq), view(yk2, kHk), none,
+                                  gathered,     prm};
+        const core::RopeCall ref_call{
+            view(q, kHq), view(k, kHk), view(yq, kHq), view(yk, kHk), none, gathered, prm};
+        core::RopeGeometry geo;
+        check(core::validate_rope(call, -1, &geo), "validate");
+        RopeKernelArgs ra{};
+        fill_rope_args(call, geo, &ra);
+        const core::RopeLeanFacts lf = rope_lean_facts(call, geo, rope_access_width(call, geo, ra));
+        const core::RopePlan picked = core::plan_rope_call(lf, true, sms);
+
+        std::vector<std::string> names;
+        std::vector<std::function<void()>> vs;
+        names.push_back(std::string("library (") + plan_name(picked) + ")");
+        vs.push_back([&] {
+          check(rope(call.q, call.k, call.q_out, call.k_out, none, gathered, prm), "library");
+        });
+        const core::RopePlan lean = core::plan_rope_lean(lf, sms);
+        names.push_back("lean per token");
+        const auto lean_k = gptj ? rope_lean_kernel<bf16, bf16, true, LeanAny>
+                                 : rope_lean_kernel<bf16, bf16, false, LeanAny>;
+        vs.push_back([&, lean_k, lean] {
+          CK(launch_with_pdl(lean_k, rope_launch_grid(lean), rope_launch_block(lean), 0, nullptr,
+                             ra));
+        });
+        for (int per : {2, 4}) {
+          const core::RopePlan run =
+              core::plan_rope_lean_run(lf, core::kRopeLeanRunThreads, per, sms, 4096);
+          const auto run_k = gptj ? rope_lean_run_kernel<bf16, bf16, true, LeanAny>
+                                  : rope_lean_run_kernel<bf16, bf16, false, LeanAny>;
+          // The blocks that fit per multiprocessor (the label's count needs the registers for it).
+          CK(static_cast<cudaError_t>(
+              allow_dynamic_smem(reinterpret_cast<const void*>(run_k), run.smem_bytes)));
+          int fit = 0;
+          CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit, run_k, run.bx * run.by,
+                                                           static_cast<size_t>(run.smem_bytes)));
+          names.push_back("lean run " + std::to_string(per) + "x320/SM (grid " +
+                          std::to_string(run.grid) + ", " + std::to_string(fit) + " fit per SM)");
+          vs.push_back([&, run_k, run] { CK(launch_lean_layout(run_k, run, nullptr, ra)); });
+        }
+
+        const size_t nq = t * kHq * kD, nk = t * kHk * kD;
+        CK(cudaMemset(yq, 0xff, qn * 2));
+        CK(cudaMemset(yk, 0xff, kn * 2));
+        check(run_rope(ref_call, false, nullptr), "general");
+        CK(cudaDeviceSynchronize());
+        const auto ref_q = to_host16(yq, nq), ref_k = to_host16(yk, nk);
+        // The reference must have overwritten the poison (0xffff, a NaN no finite rotation
+        // gives), or a variant that writes nothing would match it.
+        size_t unwritten = 0;
+        for (size_t i = 0; i < nq; ++i) unwritten += ref_q[i] == 0xffff;
+        for (size_t i = 0; i < nk; ++i) unwritten += ref_k[i] == 0xffff;
+        std::printf("\nB=%d %s T=%lld (library: %s; reference elements left poisoned: %zu)\n",
+                    batch, gptj ? "gptj" : "neox", static_cast<long long>(t), plan_name(picked),
+                    unwritten);
+        for (size_t vi = 0; vi < vs.size(); ++vi) {
+          CK(cudaMemset(yq2, 0xff, qn * 2));
+          CK(cudaMemset(yk2, 0xff, kn * 2));
+          vs[vi]();
+          CK(cudaDeviceSynchronize());
+          const auto eq = to_host16(yq2, nq), ek = to_host16(yk2, nk);
+          size_t differ = 0;
+          size_t first = SIZE_MAX;
+          for (size_t i = 0; i < nq + nk; ++i) {
+            const uint16_t got = i < nq ? eq[i] : ek[i - nq];
+            const uint16_t want = i < nq ? ref_q[i] : ref_k[i - nq];
+            if (got != want && first == SIZE_MAX) first = i;
+            differ += got != want;
+          }
+          if (differ != 0) {
+            const uint16_t got = first < nq ? eq[first] : ek[first - nq];
+            const uint16_t want = first < nq ? ref_q[first] : ref_k[first - nq];
+            std::printf("  first difference at element %zu of q then k: 0x%04x against 0x%04x\n",
+                        first, got, want);
+          }
+          std::printf("  check %s: %zu elements differ from the general kernel\n",
+                      names[vi].c_str(), differ);
+        }
+        // The cache at the same positions (timing reference).
+        RopePositions rp;
+        rp.positions = TensorRef(pos_d, DType::kInt64, {batch, s}, {s, 1}, d0);
+        RopeCosSin cache;
+        cache.kind = CosSinKind::kCache;
+        cache.cache = TensorRef::contiguous(cache_d, DType::kFloat32, {max_t, kD}, d0);
+        const float t_gen = time_med([&] { check(run_rope(ref_call, false, nullptr), "g"); }, true);
+        std::printf("  cold: general %.2f us", t_gen);
+        for (size_t vi = 0; vi < vs.size(); ++vi) {
+          std::printf(" | %s %.2f", names[vi].c_str(), time_med(vs[vi], true));
+        }
+        std::printf(" | library on the cache at the positions %.2f us\n",
+                    time_med(
+                        [&] {
+                          check(rope(call.q, call.k, call.q_out, call.k_out, rp, cache, prm),
+                                "cache");
+                        },
+                        true));
+      }
+    }
+  }
+  return 0;
+}
