@@ -4,7 +4,8 @@
 // register count, device results copied back as bits, the standard shape's device inputs (random
 // bf16 values in [-2, 2), the default f32 cos/sin cache, random int64 positions in [0, P)), its
 // public views and QK-norm + RoPE call record, and the library's kernel arguments of a validated
-// RoPE or QK-norm + RoPE call.
+// RoPE or QK-norm + RoPE call; the RoPE experiments' heads (RopeHeads) and their check of each
+// variant's outputs bit for bit against a reference (check_variants).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -13,7 +14,9 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "core/qk_norm_rope_validate.h"
@@ -70,6 +73,61 @@ inline ropenorm::cuda::bf16* device_bf16(const std::vector<uint16_t>& h, size_t 
   CK(cudaMalloc(&p, count * 2));
   if (!h.empty()) CK(cudaMemcpy(p, h.data(), count * 2, cudaMemcpyHostToDevice));
   return p;
+}
+
+/// The heads of the RoPE experiments on the device: random bf16 q [max_t, hq, max_d] and k
+/// [max_t, hk, max_d], and two pairs of outputs of those sizes (reference, variant),
+/// uninitialised.
+struct RopeHeads {
+  size_t qn, kn;  ///< elements of q and of k
+  ropenorm::cuda::bf16 *q, *k, *yq, *yk, *yq2, *yk2;
+};
+inline RopeHeads rope_heads(std::mt19937_64& rng, int64_t max_t, int hq, int hk, int64_t max_d) {
+  RopeHeads h;
+  h.qn = static_cast<size_t>(max_t * hq * max_d);
+  h.kn = static_cast<size_t>(max_t * hk * max_d);
+  h.q = device_bf16(random_bf16(rng, h.qn));
+  h.k = device_bf16(random_bf16(rng, h.kn));
+  h.yq = device_bf16({}, h.qn);
+  h.yk = device_bf16({}, h.kn);
+  h.yq2 = device_bf16({}, h.qn);
+  h.yk2 = device_bf16({}, h.kn);
+  return h;
+}
+
+/// Runs each variant vs[i] on the variant outputs h.yq2, h.yk2 (poisoned first) and prints
+/// (prefixed by `label`) how many of their first nq and nk elements differ from ref_q, ref_k
+/// (bits), with the first difference when there is one; first, how many reference elements
+/// still hold the poison 0xffff (a NaN no finite rotation gives: the reference must have
+/// overwritten it, or a variant that writes nothing would match it).
+inline void check_variants(const char* label, const std::vector<std::string>& names,
+                           const std::vector<std::function<void()>>& vs, const RopeHeads& h,
+                           size_t nq, size_t nk, const std::vector<uint16_t>& ref_q,
+                           const std::vector<uint16_t>& ref_k) {
+  size_t unwritten = 0;
+  for (size_t i = 0; i < nq; ++i) unwritten += ref_q[i] == 0xffff;
+  for (size_t i = 0; i < nk; ++i) unwritten += ref_k[i] == 0xffff;
+  std::printf("  %s reference elements left poisoned: %zu\n", label, unwritten);
+  for (size_t vi = 0; vi < vs.size(); ++vi) {
+    CK(cudaMemset(h.yq2, 0xff, h.qn * 2));
+    CK(cudaMemset(h.yk2, 0xff, h.kn * 2));
+    vs[vi]();
+    CK(cudaDeviceSynchronize());
+    const auto eq = to_host16(h.yq2, nq), ek = to_host16(h.yk2, nk);
+    size_t differ = 0, first = 0;
+    for (size_t i = 0; i < nq + nk; ++i) {
+      const uint16_t got = i < nq ? eq[i] : ek[i - nq];
+      const uint16_t want = i < nq ? ref_q[i] : ref_k[i - nq];
+      if (got != want && differ++ == 0) first = i;
+    }
+    std::printf("  %s check %s: %zu elements differ", label, names[vi].c_str(), differ);
+    if (differ != 0) {
+      std::printf(" (first: element %zu of q then k, 0x%04x against 0x%04x)", first,
+                  first < nq ? eq[first] : ek[first - nq],
+                  first < nq ? ref_q[first] : ref_k[first - nq]);
+    }
+    std::printf("\n");
+  }
 }
 
 /// The default f32 cos/sin cache of `rows` positions and rotary dim d, and `tokens` random
@@ -182,11 +240,17 @@ inline ropenorm::cuda::QkNormRopeArgs qk_norm_rope_args_of(
   return qa;
 }
 
-/// The library's kernel arguments for a RoPE call, validated as the public call is.
-inline ropenorm::cuda::RopeKernelArgs rope_args_of(const ropenorm::core::RopeCall& call) {
+/// The library's kernel arguments for a RoPE call, validated as the public call is; with
+/// `facts`, also the facts its planner reads (cuda::rope_lean_facts at the call's access width).
+inline ropenorm::cuda::RopeKernelArgs rope_args_of(const ropenorm::core::RopeCall& call,
+                                                   ropenorm::core::RopeLeanFacts* facts = nullptr) {
   ropenorm::core::RopeGeometry geo;
   check(ropenorm::core::validate_rope(call, -1, &geo), "validate rope");
   ropenorm::cuda::RopeKernelArgs ra{};
   ropenorm::cuda::fill_rope_args(call, geo, &ra);
+  if (facts != nullptr) {
+    *facts = ropenorm::cuda::rope_lean_facts(call, geo,
+                                             ropenorm::cuda::rope_access_width(call, geo, ra));
+  }
   return ra;
 }

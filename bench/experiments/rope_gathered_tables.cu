@@ -94,11 +94,9 @@ int main(int argc, char** argv) {
     }
   }
   const int64_t max_t = 65536;
-  const size_t qn = max_t * kHq * kD, kn = max_t * kHk * kD;
   std::mt19937_64 rng(20261205);
-  bf16 *q = device_bf16(random_bf16(rng, qn)), *k = device_bf16(random_bf16(rng, kn));
-  bf16 *yq = device_bf16({}, qn), *yk = device_bf16({}, kn), *yq2 = device_bf16({}, qn),
-       *yk2 = device_bf16({}, kn);
+  const RopeHeads h = rope_heads(rng, max_t, kHq, kHk, kD);
+  bf16 *q = h.q, *k = h.k, *yq = h.yq, *yk = h.yk, *yq2 = h.yq2, *yk2 = h.yk2;
   int sms = 0;
   CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   std::printf(
@@ -150,11 +148,8 @@ int main(int argc, char** argv) {
                                   gathered,     prm};
         const core::RopeCall ref_call{
             view(q, kHq), view(k, kHk), view(yq, kHq), view(yk, kHk), none, gathered, prm};
-        core::RopeGeometry geo;
-        check(core::validate_rope(call, -1, &geo), "validate");
-        RopeKernelArgs ra{};
-        fill_rope_args(call, geo, &ra);
-        const core::RopeLeanFacts lf = rope_lean_facts(call, geo, rope_access_width(call, geo, ra));
+        core::RopeLeanFacts lf;
+        const RopeKernelArgs ra = rope_args_of(call, &lf);
         const core::RopePlan picked = core::plan_rope_call(lf, true, sms);
 
         std::vector<std::string> names;
@@ -188,42 +183,14 @@ int main(int argc, char** argv) {
         }
 
         const size_t nq = t * kHq * kD, nk = t * kHk * kD;
-        CK(cudaMemset(yq, 0xff, qn * 2));
-        CK(cudaMemset(yk, 0xff, kn * 2));
+        CK(cudaMemset(yq, 0xff, h.qn * 2));
+        CK(cudaMemset(yk, 0xff, h.kn * 2));
         check(run_rope(ref_call, false, nullptr), "general");
         CK(cudaDeviceSynchronize());
-        const auto ref_q = to_host16(yq, nq), ref_k = to_host16(yk, nk);
-        // The reference must have overwritten the poison (0xffff, a NaN no finite rotation
-        // gives), or a variant that writes nothing would match it.
-        size_t unwritten = 0;
-        for (size_t i = 0; i < nq; ++i) unwritten += ref_q[i] == 0xffff;
-        for (size_t i = 0; i < nk; ++i) unwritten += ref_k[i] == 0xffff;
-        std::printf("\nB=%d %s T=%lld (library: %s; reference elements left poisoned: %zu)\n",
-                    batch, gptj ? "gptj" : "neox", static_cast<long long>(t), plan_name(picked),
-                    unwritten);
-        for (size_t vi = 0; vi < vs.size(); ++vi) {
-          CK(cudaMemset(yq2, 0xff, qn * 2));
-          CK(cudaMemset(yk2, 0xff, kn * 2));
-          vs[vi]();
-          CK(cudaDeviceSynchronize());
-          const auto eq = to_host16(yq2, nq), ek = to_host16(yk2, nk);
-          size_t differ = 0;
-          size_t first = SIZE_MAX;
-          for (size_t i = 0; i < nq + nk; ++i) {
-            const uint16_t got = i < nq ? eq[i] : ek[i - nq];
-            const uint16_t want = i < nq ? ref_q[i] : ref_k[i - nq];
-            if (got != want && first == SIZE_MAX) first = i;
-            differ += got != want;
-          }
-          if (differ != 0) {
-            const uint16_t got = first < nq ? eq[first] : ek[first - nq];
-            const uint16_t want = first < nq ? ref_q[first] : ref_k[first - nq];
-            std::printf("  first difference at element %zu of q then k: 0x%04x against 0x%04x\n",
-                        first, got, want);
-          }
-          std::printf("  check %s: %zu elements differ from the general kernel\n",
-                      names[vi].c_str(), differ);
-        }
+        const std::string label =
+            "B=" + std::to_string(batch) + (gptj ? " gptj" : " neox") + " T=" + std::to_string(t);
+        std::printf("\n%s (library: %s)\n", label.c_str(), plan_name(picked));
+        check_variants(label.c_str(), names, vs, h, nq, nk, to_host16(yq, nq), to_host16(yk, nk));
         // The cache at the same positions (timing reference).
         RopePositions rp;
         rp.positions = TensorRef(pos_d, DType::kInt64, {batch, s}, {s, 1}, d0);

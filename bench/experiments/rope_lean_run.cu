@@ -77,12 +77,9 @@ const void* lean_run_fn() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const int64_t max_t = 65536, max_d = 256;
-  const size_t qn = max_t * kHq * max_d, kn = max_t * kHk * max_d;
   std::mt19937_64 rng(20261203);
-  bf16 *q = device_bf16(random_bf16(rng, qn)), *k = device_bf16(random_bf16(rng, kn));
-  bf16 *yq = device_bf16({}, qn), *yk = device_bf16({}, kn), *yq2 = device_bf16({}, qn),
-       *yk2 = device_bf16({}, kn);
+  const RopeHeads h = rope_heads(rng, 65536, kHq, kHk, 256);
+  bf16 *q = h.q, *k = h.k, *yq = h.yq, *yk = h.yk, *yq2 = h.yq2, *yk2 = h.yk2;
   int sms = 0;
   CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   std::printf(
@@ -128,11 +125,8 @@ int main(int argc, char** argv) {
                                 cs,           prm};
       const core::RopeCall ref_call{view(q, kHq), view(k, kHk), view(yq, kHq), view(yk, kHk), rp,
                                     cs,           prm};
-      core::RopeGeometry geo;
-      check(core::validate_rope(call, -1, &geo), "validate");
-      RopeKernelArgs ra{};
-      fill_rope_args(call, geo, &ra);
-      const core::RopeLeanFacts lf = rope_lean_facts(call, geo, rope_access_width(call, geo, ra));
+      core::RopeLeanFacts lf;
+      const RopeKernelArgs ra = rope_args_of(call, &lf);
       const core::RopePlan picked = core::plan_rope_call(lf, true, sms);
       const bool gptj = cf.style == RopeStyle::kGptj;
       std::vector<std::string> names;
@@ -190,23 +184,12 @@ int main(int argc, char** argv) {
         }
       }
       const size_t nq = t * kHq * cf.d, nk = t * kHk * cf.d;
-      CK(cudaMemset(yq, 0xff, qn * 2));
-      CK(cudaMemset(yk, 0xff, kn * 2));
+      CK(cudaMemset(yq, 0xff, h.qn * 2));
+      CK(cudaMemset(yk, 0xff, h.kn * 2));
       check(run_rope(ref_call, false, nullptr), "general");
       CK(cudaDeviceSynchronize());
-      const auto ref_q = to_host16(yq, nq), ref_k = to_host16(yk, nk);
-      for (size_t vi = 0; vi < vs.size(); ++vi) {
-        CK(cudaMemset(yq2, 0xff, qn * 2));
-        CK(cudaMemset(yk2, 0xff, kn * 2));
-        vs[vi]();
-        CK(cudaDeviceSynchronize());
-        const auto eq = to_host16(yq2, nq), ek = to_host16(yk2, nk);
-        size_t differ = 0;
-        for (size_t i = 0; i < nq; ++i) differ += eq[i] != ref_q[i];
-        for (size_t i = 0; i < nk; ++i) differ += ek[i] != ref_k[i];
-        std::printf("  %s T=%5lld check %s: %zu elements differ\n", cf.name,
-                    static_cast<long long>(t), names[vi].c_str(), differ);
-      }
+      const std::string label = std::string(cf.name) + " T=" + std::to_string(t);
+      check_variants(label.c_str(), names, vs, h, nq, nk, to_host16(yq, nq), to_host16(yk, nk));
       const double bytes = 2.0 * static_cast<double>(nq + nk) * 2 + static_cast<double>(t) * 8;
       const float t_gen = time_med([&] { check(run_rope(ref_call, false, nullptr), "g"); }, true);
       std::printf("%-12s T=%5lld cold: general %8.2f us (%6.0f GB/s)", cf.name,
