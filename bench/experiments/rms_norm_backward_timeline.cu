@@ -49,7 +49,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <map>
 #include <string>
 #include <utility>
@@ -63,6 +62,7 @@
 #include "cuda/rms_norm_backward/rms_norm_backward_kernels.cuh"
 #include "experiment_compare.cuh"
 #include "experiment_timing.cuh"
+#include "reference/host_float.h"
 
 using namespace ropenorm;
 namespace kern = ropenorm::cuda;  // ::cuda is libcu++'s (through cooperative_groups.h)
@@ -163,8 +163,8 @@ __device__ void in_kernel_column_sum(const kern::RmsNormBwdKernelArgs& a) {
   record(kSummed);
 }
 
-struct CoopSumProbe {
-  __device__ __forceinline__ static void mark(BwdPoint p) { record(static_cast<int>(p)); }
+/// The timeline's marks, and the partial rows summed in the kernel after them.
+struct CoopSumProbe : TimelineProbe {
   __device__ __forceinline__ static void after_partials(const kern::RmsNormBwdKernelArgs& a) {
     in_kernel_column_sum(a);
   }
@@ -178,11 +178,12 @@ struct CoopSumProbe {
 /// rows. Records the timeline's points (no staging: kStaged at the release).
 template <int K>
 __global__ void __launch_bounds__(128) rows_pattern_kernel(const kern::RmsNormBwdKernelArgs a) {
-  record(0);
+  using P = TimelineProbe;
+  P::mark(BwdPoint::kEntry);
   kern::griddep_wait();
-  record(static_cast<int>(BwdPoint::kWaited));
+  P::mark(BwdPoint::kWaited);
   kern::griddep_launch_dependents();
-  record(static_cast<int>(BwdPoint::kStaged));
+  P::mark(BwdPoint::kStaged);
   const int64_t vecs = a.n / 8;
   const uint4* dy = static_cast<const uint4*>(a.dy);
   const uint4* x = static_cast<const uint4*>(a.x);
@@ -207,11 +208,11 @@ __global__ void __launch_bounds__(128) rows_pattern_kernel(const kern::RmsNormBw
       cy[k] = ny[k];
       cx[k] = nx[k];
     }
-    if (it == 0) record(static_cast<int>(BwdPoint::kFirstRow));
+    if (it == 0) P::mark(BwdPoint::kFirstRow);
     row = next;
   }
-  record(static_cast<int>(BwdPoint::kRowsDone));
-  record(static_cast<int>(BwdPoint::kStored));
+  P::mark(BwdPoint::kRowsDone);
+  P::mark(BwdPoint::kStored);
 }
 
 using Kernel = void (*)(kern::RmsNormBwdKernelArgs);
@@ -276,13 +277,6 @@ cudaError_t try_launch(Kernel k, const kern::RmsNormBwdKernelArgs& a, const core
 void launch(Kernel k, const kern::RmsNormBwdKernelArgs& a, const core::RmsNormBwdPlan& p,
             int64_t grid, Launch how) {
   CK(try_launch(k, a, p, grid, how));
-}
-
-double bf16_value(uint16_t bits) {
-  const uint32_t u = static_cast<uint32_t>(bits) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
 }
 
 /// One run's timeline statistics, in print order: us from the first block released by its wait
@@ -523,7 +517,8 @@ int main(int argc, char** argv) {
       dw_co_rerun = differing(dw_co, device_values(coop_dw, kN));
       dw_co_differ = differing(dw_ref, dw_co);
       for (size_t i = 0; i < dw_ref.size(); ++i) {
-        const double r = bf16_value(dw_ref[i]), c = bf16_value(dw_co[i]);
+        const double r = ref::bf16_bits_to_double(dw_ref[i]);
+        const double c = ref::bf16_bits_to_double(dw_co[i]);
         dw_max = std::max(dw_max, std::fabs(r));
         dw_co_err = std::max(dw_co_err, std::fabs(r - c));
       }
