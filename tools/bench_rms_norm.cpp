@@ -57,13 +57,16 @@ void fill_errors(const verify::RmsNormOutcome& out, ResultRow* row) {
   if (!out.passed) row->note = out.summary;
 }
 
+/// Width of the log's op column: the longest op name (add_rms_norm_backward_shared).
+constexpr int kOpWidth = 28;
+
 }  // namespace
 
 void print_header(std::ostream& os) {
   char buf[256];
-  std::snprintf(buf, sizeof(buf), "%-28s %-9s %-5s %-28s %-10s %10s %9s %7s %8s %8s %8s %s\n", "op",
-                "impl", "dtype", "shape", "timing", "median_us", "GB/s", "%copy", "floor_us",
-                "err_ulp", "exact%", "check");
+  std::snprintf(buf, sizeof(buf), "%-*s %-9s %-5s %-28s %-10s %10s %9s %7s %8s %8s %8s %s\n",
+                kOpWidth, "op", "impl", "dtype", "shape", "timing", "median_us", "GB/s", "%copy",
+                "floor_us", "err_ulp", "exact%", "check");
   os << buf;
 }
 
@@ -73,7 +76,7 @@ void print_row(std::ostream& os, const ResultRow& r) {
     shape += (shape.empty() ? "" : " ") + kv.first + "=" + std::to_string(kv.second);
   char buf[512];
   std::snprintf(buf, sizeof(buf),
-                "%-28s %-9s %-5s %-28s %-10s %10.2f %9.1f %7.1f %8.2f %8.2f %8.3f %s\n",
+                "%-*s %-9s %-5s %-28s %-10s %10.2f %9.1f %7.1f %8.2f %8.2f %8.3f %s\n", kOpWidth,
                 r.op.c_str(), r.impl.c_str(), r.dtype.c_str(), shape.c_str(), r.timing.c_str(),
                 r.median_us, r.gbps, r.pct_of_copy, r.copy_floor_us, r.max_err_ulp,
                 100.0 * r.frac_exact, r.passed ? "PASS" : "FAIL");
