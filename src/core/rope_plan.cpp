@@ -164,7 +164,7 @@ bool lean_run_full_warps(const RopePlan& p, int64_t heads) {
 
 RopeLeanRunInstance rope_lean_run_instance(bool cos_sin_rows, int explicit_position_bits,
                                            bool flat) {
-  if (!cos_sin_rows) return RopeLeanRunInstance::kAny;
+  if (!cos_sin_rows) return flat ? RopeLeanRunInstance::kTokensFlat : RopeLeanRunInstance::kAny;
   return explicit_position_bits == 64 && flat ? RopeLeanRunInstance::kRowsFlatI64
                                               : RopeLeanRunInstance::kRows;
 }

@@ -256,11 +256,12 @@ enum class RopeLeanRunInstance {
   kRows,         ///< cos/sin rows by position; positions at run time
   kRowsFlatI64,  ///< also int64 explicit positions and flat tokens (rope_flat_tokens)
   kAny,          ///< the source at run time (Hugging Face's tables gathered per token)
+  kTokensFlat,   ///< tables gathered per token, flat tokens (theirs too: rope_flat_tokens)
 };
 
-/// kAny for cos/sin not indexed by position (the gathered tables); for rows by position
-/// kRowsFlatI64 with int64 explicit positions (explicit_position_bits 64) and flat tokens, else
-/// kRows.
+/// For cos/sin not indexed by position (the gathered tables) kTokensFlat with flat tokens, else
+/// kAny; for rows by position kRowsFlatI64 with int64 explicit positions (explicit_position_bits
+/// 64) and flat tokens, else kRows.
 RopeLeanRunInstance rope_lean_run_instance(bool cos_sin_rows, int explicit_position_bits,
                                            bool flat);
 

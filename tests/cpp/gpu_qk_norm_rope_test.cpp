@@ -282,7 +282,8 @@ TEST(GpuQkNormRope, LeanKernelMatchesPairKernel) {
 // broadcast over the batch, one and two head groups, blocks of 96 to 320 threads. Every instance
 // core::qk_lean_run_instance picks: flat tokens and full warps with int64 positions and cache rows
 // (32 + 8 heads, one sequence and a batch, D 128 and 256), the same rows and positions with a
-// partial warp (16 + 1 heads, D 128 and 256), and the rest.
+// partial warp (16 + 1 heads, D 128 and 256), gathered tables on flat tokens with full warps
+// (D 128 and 256), and the rest.
 TEST(GpuQkNormRope, LeanRunMatchesPairKernel) {
   ROPENORM_REQUIRE_GPU();
   struct Variant {
@@ -301,9 +302,13 @@ TEST(GpuQkNormRope, LeanRunMatchesPairKernel) {
   const Variant variants[] = {
       {DType::kBFloat16, RopeStyle::kNeox, false, CosSinKind::kCache, DType::kFloat32,
        DType::kBFloat16, 128, 32, 8, RopePosKind::kI64, 0, core::kQkLeanRunMinTokens + 3, false},
-      // Gathered tables broadcast over B (batch stride 0, as Hugging Face models pass them).
+      // Gathered tables: broadcast over B (batch stride 0, as Hugging Face models pass them:
+      // LeanLanes), and per token on flat tokens, in place (LeanFlatTokens<8>; the 16-lane one
+      // below: 16 + 4 heads at D 256).
       {DType::kBFloat16, RopeStyle::kGptj, false, CosSinKind::kHfCosSinGathered, DType::kFloat32,
        DType::kBFloat16, 128, 32, 8, RopePosKind::kI64, 4, 1100, false, true},
+      {DType::kBFloat16, RopeStyle::kNeox, true, CosSinKind::kHfCosSinGathered, DType::kFloat16,
+       DType::kFloat32, 128, 32, 8, RopePosKind::kI64, 0, core::kQkLeanRunMinTokens + 7, true},
       {DType::kFloat16, RopeStyle::kGptj, true, CosSinKind::kHfCosSin, DType::kFloat16,
        DType::kFloat32, 128, 32, 8, RopePosKind::kI32, 3, 1501, false},
       {DType::kBFloat16, RopeStyle::kNeox, false, CosSinKind::kHfCosSinGathered, DType::kBFloat16,

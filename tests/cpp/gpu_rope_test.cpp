@@ -493,8 +493,9 @@ TEST(GpuRope, LeanRunMatchesGeneralKernel) {
        0, core::kRopeLeanRunShortMinTokens + 5, RopePosKind::kI64, false},
       {DType::kFloat16, RopeStyle::kNeox, true, CosSinKind::kHfCosSin, DType::kBFloat16, 32, 8, 256,
        2, core::kRopeLeanRunShortMinTokens / 2, RopePosKind::kI32, true},
-      // Gathered tables: one sequence; B x S per token; B x S broadcast over B (both styles, the
-      // three table dtypes, 8 and 16 lanes, in place and out, the inverse rotation).
+      // Gathered tables: one sequence and B x S per token (flat tokens: LeanTokensFlat); B x S
+      // broadcast over B (LeanAny); both styles, the three table dtypes, 8 and 16 lanes, in
+      // place and out, the inverse rotation.
       {DType::kBFloat16, RopeStyle::kNeox, false, CosSinKind::kHfCosSinGathered, DType::kBFloat16,
        32, 8, 128, 0, n + 3, RopePosKind::kI64, false},
       {DType::kFloat16, RopeStyle::kGptj, true, CosSinKind::kHfCosSinGathered, DType::kFloat32, 16,

@@ -433,6 +433,25 @@ TEST(CpuRopePlan, FlatTokensTables) {
   }
   a.q.ss = kFlatMaxStrideBytes / 2 + 1;  // and the token strides still bound it
   EXPECT_FALSE(cuda::rope_flat_tokens(a, 2));
+  a.q.ss = 6144;
+  // Gathered tables are operands too: [B, S, R] per token is flat, a [1, S, R] table broadcast
+  // over B (batch stride 0) is not, nor a token stride past the bound.
+  a.source = cuda::RopeSource::kGathered;
+  a.pos = nullptr;
+  a.batch = 4;
+  a.seq = 16384;
+  a.q.sb = 16384 * 6144;
+  a.q_out = a.q;
+  a.cs_dtype = DType::kBFloat16;
+  a.cos_sb = a.sin_sb = 16384 * 128;
+  a.cos_ss = a.sin_ss = 128;
+  EXPECT_TRUE(cuda::rope_flat_tokens(a, 2));
+  a.sin_sb = 0;
+  EXPECT_FALSE(cuda::rope_flat_tokens(a, 2));
+  a.sin_sb = 16384 * 128;
+  a.cos_ss = kFlatMaxStrideBytes / 2 + 1;
+  a.cos_sb = 16384 * a.cos_ss;
+  EXPECT_FALSE(cuda::rope_flat_tokens(a, 2));
 }
 
 TEST(CpuRopePlan, LeanRunInstance) {
@@ -440,8 +459,9 @@ TEST(CpuRopePlan, LeanRunInstance) {
   EXPECT_EQ(rope_lean_run_instance(true, 64, false), RopeLeanRunInstance::kRows);
   EXPECT_EQ(rope_lean_run_instance(true, 32, true), RopeLeanRunInstance::kRows);
   EXPECT_EQ(rope_lean_run_instance(true, 0, true), RopeLeanRunInstance::kRows);
-  // Gathered tables (no rows by position): the source read at run time, flat tokens or not.
-  EXPECT_EQ(rope_lean_run_instance(false, 0, true), RopeLeanRunInstance::kAny);
+  // Gathered tables (no rows by position): rows by token on flat tokens, else the source read
+  // at run time.
+  EXPECT_EQ(rope_lean_run_instance(false, 0, true), RopeLeanRunInstance::kTokensFlat);
   EXPECT_EQ(rope_lean_run_instance(false, 0, false), RopeLeanRunInstance::kAny);
 }
 

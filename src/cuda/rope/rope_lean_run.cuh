@@ -130,17 +130,18 @@ __device__ __forceinline__ P* flat_at(P* base, uint32_t i, uint32_t stride) {
 /// rope_flat_tokens): the cursor is t alone (32 bits, block bx's tokens bx, bx + G, ...), and
 /// each address one wide multiply-add of t, or of the position's low 32 bits (a position in
 /// [0, P) as the call requires), by a 32-bit byte stride from the lane's base; int64 positions,
-/// cos/sin rows by position.
+/// cos/sin rows by position. Spec::kTokenRows: the tables gathered per token instead, token t's
+/// rows at t times their token strides (flat too), and no position read.
 template <typename T, typename C, typename Spec>
 struct LeanRunWalkFlat {
   using Cursor = uint32_t;
   const RopeKernelArgs& a;
   const unsigned char* in;    ///< the lane's first fetched chunk of token 0
   unsigned char* out;         ///< the lane's first stored chunk of token 0 (channel fa too)
-  const unsigned char* cos;   ///< the lane's c_i (pairs i0 ..) of position 0
+  const unsigned char* cos;   ///< the lane's c_i (pairs i0 ..) of position (or token) 0
   const unsigned char* sin;   ///< its s_i
   uint32_t in_ss, out_ss;     ///< token strides in bytes
-  uint32_t cos_row, sin_row;  ///< table row strides in bytes
+  uint32_t cos_row, sin_row;  ///< table row strides in bytes (kTokenRows: token strides)
 
   __device__ __forceinline__ LeanRunWalkFlat(const RopeKernelArgs& args, const LeanRunLane& ln,
                                              int fetch_a)
@@ -154,8 +155,10 @@ struct LeanRunWalkFlat {
     out_ss = static_cast<uint32_t>(o.ss * int64_t{sizeof(T)});
     cos = static_cast<const unsigned char*>(args.cos) + ln.i0 * int64_t{sizeof(C)};
     sin = static_cast<const unsigned char*>(args.sin) + ln.i0 * int64_t{sizeof(C)};
-    cos_row = static_cast<uint32_t>(args.cos_row * int64_t{sizeof(C)});
-    sin_row = static_cast<uint32_t>(args.sin_row * int64_t{sizeof(C)});
+    cos_row =
+        static_cast<uint32_t>((Spec::kTokenRows ? args.cos_ss : args.cos_row) * int64_t{sizeof(C)});
+    sin_row =
+        static_cast<uint32_t>((Spec::kTokenRows ? args.sin_ss : args.sin_row) * int64_t{sizeof(C)});
   }
   __device__ __forceinline__ Cursor first() const { return blockIdx.x; }
   __device__ __forceinline__ bool valid(Cursor t) const {
@@ -170,12 +173,16 @@ struct LeanRunWalkFlat {
     return reinterpret_cast<T*>(flat_at(out, t, out_ss));
   }
   __device__ __forceinline__ int64_t position(Cursor t) const {
-    const auto stride = static_cast<uint32_t>(a.pos_ss * int64_t{sizeof(int64_t)});
-    return *reinterpret_cast<const int64_t*>(static_cast<const unsigned char*>(a.pos) +
-                                             static_cast<uint64_t>(t) * stride);
+    if constexpr (Spec::kTokenRows) {
+      return 0;  // not read: the rows follow the token
+    } else {
+      const auto stride = static_cast<uint32_t>(a.pos_ss * int64_t{sizeof(int64_t)});
+      return *reinterpret_cast<const int64_t*>(static_cast<const unsigned char*>(a.pos) +
+                                               static_cast<uint64_t>(t) * stride);
+    }
   }
-  __device__ __forceinline__ void cs_at(Cursor, int64_t p, const C*& co, const C*& so) const {
-    const auto row = static_cast<uint32_t>(p);
+  __device__ __forceinline__ void cs_at(Cursor t, int64_t p, const C*& co, const C*& so) const {
+    const uint32_t row = Spec::kTokenRows ? t : static_cast<uint32_t>(p);
     co = reinterpret_cast<const C*>(flat_at(cos, row, cos_row));
     so = reinterpret_cast<const C*>(flat_at(sin, row, sin_row));
   }

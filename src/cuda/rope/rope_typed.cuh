@@ -7,7 +7,7 @@
 // for 16-bit types the lean kernel per style and cos/sin table dtype (plan.lean), for cos/sin
 // rows indexed by position (LeanRows) and for gathered ones (LeanAny), and the lean-run kernel
 // per style and table dtype (plan.lean_run; LeanRowsFlatI64, LeanRows or, for gathered tables,
-// LeanAny as core::rope_lean_run_instance picks).
+// LeanTokensFlat or LeanAny as core::rope_lean_run_instance picks).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -66,6 +66,8 @@ Status launch_rope_typed(const RopeKernelArgs& a, const core::RopePlan& plan, cu
                   return rope_lean_run_kernel<T, C, G, LeanRowsFlatI64>;
                 case core::RopeLeanRunInstance::kAny:
                   return rope_lean_run_kernel<T, C, G, LeanAny>;
+                case core::RopeLeanRunInstance::kTokensFlat:
+                  return rope_lean_run_kernel<T, C, G, LeanTokensFlat>;
                 case core::RopeLeanRunInstance::kRows:
                   break;
               }
