@@ -136,8 +136,9 @@ enum class QkLeanRunInstance {
 
 /// kFlatI64 for cos/sin rows by position (a cache or a [P, R] table) with int64 explicit
 /// positions (explicit_position_bits 64), flat tokens and full warps; kLanesRowsI64 for those
-/// rows and positions otherwise; kFlatTokens for cos/sin not indexed by position (the lean run's
-/// calls: tables gathered per token) with flat tokens and full warps; else kLanes.
+/// rows and positions otherwise; kFlatTokens for cos/sin not indexed by position (in a lean run
+/// only tables gathered per token: the lean shape needs loaded cos/sin) with flat tokens and full
+/// warps; else kLanes.
 QkLeanRunInstance qk_lean_run_instance(bool cos_sin_rows, int explicit_position_bits, bool flat,
                                        bool full_warps);
 

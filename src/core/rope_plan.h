@@ -259,9 +259,10 @@ enum class RopeLeanRunInstance {
   kTokensFlat,   ///< tables gathered per token, flat tokens (theirs too: rope_flat_tokens)
 };
 
-/// For cos/sin not indexed by position (the gathered tables) kTokensFlat with flat tokens, else
-/// kAny; for rows by position kRowsFlatI64 with int64 explicit positions (explicit_position_bits
-/// 64) and flat tokens, else kRows.
+/// For cos/sin not indexed by position (the gathered tables: the only such source a lean run
+/// takes, since rope_lean_shape needs loaded cos/sin) kTokensFlat with flat tokens, else kAny;
+/// for rows by position kRowsFlatI64 with int64 explicit positions (explicit_position_bits 64)
+/// and flat tokens, else kRows.
 RopeLeanRunInstance rope_lean_run_instance(bool cos_sin_rows, int explicit_position_bits,
                                            bool flat);
 

@@ -102,7 +102,9 @@ std::string describe(const RopeCase& c) {
      << cos_sin_kind_name(c.source);
   if (c.source != CosSinKind::kInvFreq)
     os << ":" << dtype_name(c.cs_dtype) << " P=" << c.table_rows;
-  if (c.gathered_broadcast) os << " broadcast over B";
+  if (c.source == CosSinKind::kHfCosSinGathered && c.gathered_rows() != c.tokens()) {
+    os << " broadcast over B";
+  }
   if (c.source == CosSinKind::kInvFreq && c.attention_scaling != 1.0f) {
     os << " scaling=" << c.attention_scaling;
   }

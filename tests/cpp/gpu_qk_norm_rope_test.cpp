@@ -303,12 +303,14 @@ TEST(GpuQkNormRope, LeanRunMatchesPairKernel) {
       {DType::kBFloat16, RopeStyle::kNeox, false, CosSinKind::kCache, DType::kFloat32,
        DType::kBFloat16, 128, 32, 8, RopePosKind::kI64, 0, core::kQkLeanRunMinTokens + 3, false},
       // Gathered tables: broadcast over B (batch stride 0, as Hugging Face models pass them:
-      // LeanLanes), and per token on flat tokens, in place (LeanFlatTokens<8>; the 16-lane one
-      // below: 16 + 4 heads at D 256).
+      // LeanLanes), and per token on flat tokens, in place and out (LeanFlatTokens<8>; the
+      // 16-lane one below: 16 + 4 heads at D 256).
       {DType::kBFloat16, RopeStyle::kGptj, false, CosSinKind::kHfCosSinGathered, DType::kFloat32,
        DType::kBFloat16, 128, 32, 8, RopePosKind::kI64, 4, 1100, false, true},
       {DType::kBFloat16, RopeStyle::kNeox, true, CosSinKind::kHfCosSinGathered, DType::kFloat16,
        DType::kFloat32, 128, 32, 8, RopePosKind::kI64, 0, core::kQkLeanRunMinTokens + 7, true},
+      {DType::kFloat16, RopeStyle::kGptj, false, CosSinKind::kHfCosSinGathered, DType::kFloat32,
+       DType::kBFloat16, 128, 32, 8, RopePosKind::kI64, 2, 1100, false},
       {DType::kFloat16, RopeStyle::kGptj, true, CosSinKind::kHfCosSin, DType::kFloat16,
        DType::kFloat32, 128, 32, 8, RopePosKind::kI32, 3, 1501, false},
       {DType::kBFloat16, RopeStyle::kNeox, false, CosSinKind::kHfCosSinGathered, DType::kBFloat16,

@@ -445,8 +445,8 @@ TEST(GpuRope, LeanKernelMatchesGeneralKernel) {
   }
 }
 
-// The lean run (what the planner picks from kRopeLeanRunMinTokens tokens for cos/sin rows by
-// position and D 128 / 256, from kRopeLeanRunShortMinTokens where the lean kernel's block would
+// The lean run (what the planner picks from kRopeLeanRunMinTokens tokens for loaded cos/sin and
+// D 128 / 256, from kRopeLeanRunShortMinTokens where the lean kernel's block would
 // be past kRopeLeanLongRunThreads: a persistent grid, each block's tokens interleaved over it; gptj
 // through the row swizzle) gives the general kernel's bits: both styles, both directions, f16
 // and bf16 data, the cache and the [P, R] table in every dtype, every explicit and implicit
@@ -496,12 +496,12 @@ TEST(GpuRope, LeanRunMatchesGeneralKernel) {
       // Gathered tables: one sequence and B x S per token (flat tokens: LeanTokensFlat); B x S
       // broadcast over B (LeanAny); both styles, the three table dtypes, 8 and 16 lanes, in
       // place and out, the inverse rotation.
-      {DType::kBFloat16, RopeStyle::kNeox, false, CosSinKind::kHfCosSinGathered, DType::kBFloat16,
+      {DType::kBFloat16, RopeStyle::kNeox, false, CosSinKind::kHfCosSinGathered, DType::kFloat16,
        32, 8, 128, 0, n + 3, RopePosKind::kI64, false},
       {DType::kFloat16, RopeStyle::kGptj, true, CosSinKind::kHfCosSinGathered, DType::kFloat32, 16,
        4, 256, 2, 2101, RopePosKind::kI64, true},
-      {DType::kBFloat16, RopeStyle::kNeox, false, CosSinKind::kHfCosSinGathered, DType::kFloat16,
-       32, 8, 128, 3, 1501, RopePosKind::kI64, false, false, true},
+      {DType::kBFloat16, RopeStyle::kNeox, true, CosSinKind::kHfCosSinGathered, DType::kFloat32, 32,
+       8, 128, 3, 1501, RopePosKind::kI64, false, false, true},
       {DType::kBFloat16, RopeStyle::kGptj, false, CosSinKind::kHfCosSinGathered, DType::kBFloat16,
        32, 8, 256, 2, core::kRopeLeanRunShortMinTokens / 2 + 3, RopePosKind::kI64, true, false,
        true},
