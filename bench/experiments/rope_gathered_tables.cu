@@ -14,7 +14,10 @@
 // position_embeddings) gathered on the host from the default f32 cache at random int64 positions
 // below T, halves duplicated: [1, T, 128] for B = 1; [1, S, 128] viewed as [4, S, 128] with
 // batch stride 0 for B = 4 (as the integration passes a [1, S, R] batch); [4, S, 128] per token
-// (a model given position_ids per sequence); neox and gptj; T = 1024, 4096, 16384, 65536.
+// (a model given position_ids per sequence); neox and gptj; T = 256, 1024, 2048, 4096, 16384,
+// 65536 (from 65 tokens the general kernel serves these tables up to the lean run's lengths: the
+// short runs say whether the lean kernel per token should serve them there, as it does rows by
+// position).
 // Variants: the library (its pick printed), the lean kernel per token (LeanAny on
 // plan_rope_lean's grid), the lean run (LeanAny on plan_rope_lean_run's grid at 2 and 4 x 320
 // threads per multiprocessor, the library's lean-run shapes; on flat tokens also the flat walk
@@ -84,7 +87,7 @@ int main(int argc, char** argv) {
     std::printf("no CUDA device\n");
     return 1;
   }
-  std::vector<int64_t> runs = {1024, 4096, 16384, 65536};
+  std::vector<int64_t> runs = {256, 1024, 2048, 4096, 16384, 65536};
   if (argc > 1) runs.clear();
   for (int i = 1; i < argc; ++i) runs.push_back(std::atoll(argv[i]));
   for (int64_t t : runs) {
