@@ -111,12 +111,16 @@ void check_composition(const verify::QkNormRopeCase& qc, const verify::QkNormRop
 }
 
 /// ropenorm's row of op for case qc: its call verified against the oracle (run_case), the bytes
-/// and a note ending in `rstd`.
+/// and a note naming the cos/sin source and ending in `rstd`.
 ResultRow verified_row(const char* op, const verify::QkNormRopeCase& qc,
                        const verify::QkNormRopeInputs& in, int64_t bytes, const char* rstd) {
   ResultRow row{op, "ropenorm", dtype_name(qc.rope.dtype), rope_case_shape(qc.rope)};
   row.bytes = bytes;
-  row.note = std::string("neox; one launch; bf16 weights; cos/sin cache f32 [P=T R=D]; ") + rstd;
+  const std::string source = qc.rope.source == CosSinKind::kHfCosSinGathered
+                                 ? std::string("Hugging Face cos/sin ") +
+                                       dtype_name(qc.rope.cs_dtype) + " gathered per token [T R=D]"
+                                 : std::string("cos/sin cache f32 [P=T R=D]");
+  row.note = "neox; one launch; bf16 weights; " + source + "; " + rstd;
   const verify::QkNormRopeOutcome out = verify::run_case(qc, in);
   row.max_err_ulp = std::max(out.q.max_ulp, out.k.max_ulp);
   row.tol_ulp = std::max(out.tol_q, out.tol_k);
@@ -159,6 +163,14 @@ Status bench_qk_norm_rope(const BenchOptions& o, std::vector<ResultRow>* rows, s
       ResultRow ours = verified_row("qk_norm_rope", qc, in, bytes, "rstd saved");
       ResultRow serve =
           verified_row("qk_norm_rope_no_rstd", qc_serve, in, rope_case_bytes(c), "rstd not saved");
+      // And with Hugging Face's cos/sin gathered per token (the transformers integration's
+      // source), the rstd saved.
+      verify::QkNormRopeCase qc_gathered = qc;
+      qc_gathered.rope = gathered_rope_case(c);
+      const auto in_gathered = verify::make_inputs(qc_gathered);
+      ResultRow gathered =
+          verified_row("qk_norm_rope_gathered", qc_gathered, in_gathered,
+                       rope_case_bytes(qc_gathered.rope) + t * (c.hq + c.hk) * 4, "rstd saved");
 
       // Device buffers for the composition and for timing.
       QkBuffers b;
@@ -207,6 +219,13 @@ Status bench_qk_norm_rope(const BenchOptions& o, std::vector<ResultRow>* rows, s
       };
       const Launch ours_launch = fused(q_rstd, k_rstd);
       const Launch serve_launch = fused(TensorRef{}, TensorRef{});
+      const DeviceBuffer gcos = verify::to_device(in_gathered.rope.cos);
+      const DeviceBuffer gsin = verify::to_device(in_gathered.rope.sin);
+      const RopeCosSin gcs = rope_case_gathered(qc_gathered.rope, gcos, gsin);
+      const Launch gathered_launch = [&](cudaStream_t st) {
+        return qk_norm_rope(q, k, wq, wk, q_out, k_out, q_rstd, k_rstd, RopePositions{}, gcs, rp,
+                            np, st);
+      };
       const Launch comp_launch = [&](cudaStream_t st) {
         ROPENORM_TRY(rms_norm(q_rows, wq, qo_rows, qr_flat, rn, st));
         ROPENORM_TRY(rms_norm(k_rows, wk, ko_rows, kr_flat, rn, st));
@@ -227,13 +246,16 @@ Status bench_qk_norm_rope(const BenchOptions& o, std::vector<ResultRow>* rows, s
         const bool graph = t <= o.rope_graph_max_t;
         ROPENORM_TRY(time_launch(o, graph, ours_launch, &ours));
         ROPENORM_TRY(time_launch(o, graph, serve_launch, &serve));
+        ROPENORM_TRY(time_launch(o, graph, gathered_launch, &gathered));
         ROPENORM_TRY(time_launch(o, graph, comp_launch, &comp));
       }
       print_rope_row(log, ours);
       print_rope_row(log, serve);
+      print_rope_row(log, gathered);
       print_rope_row(log, comp);
       rows->push_back(ours);
       rows->push_back(serve);
+      rows->push_back(gathered);
       rows->push_back(comp);
     }
   }

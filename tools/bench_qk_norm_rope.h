@@ -6,7 +6,9 @@
 // (CUDA-graph replay for T <= rope_graph_max_t, else cold-L2 medians). ropenorm's call is timed
 // twice: with the per-head rstd saved (op qk_norm_rope, a training forward; its bytes count the
 // rstd) and without it (op qk_norm_rope_no_rstd, a serving forward; the rotation's bytes), each
-// verified on its own poisoned outputs.
+// verified on its own poisoned outputs; and with the rstd saved on Hugging Face's cos/sin
+// gathered per token instead of the cache (op qk_norm_rope_gathered, the transformers
+// integration's source; [T, R] in q's dtype, no positions), verified the same way.
 #pragma once
 
 #include <ostream>

@@ -65,6 +65,16 @@ Status bench_rope(const BenchOptions& o, std::vector<ResultRow>* rows, std::ostr
         check_rope_baseline(c, in, verify::from_device(b.q_out, dt, t * c.hq * d),
                             verify::from_device(b.k_out, dt, t * c.hk * d), false, &base);
 
+        // ropenorm on Hugging Face's tables gathered per token (the transformers integration's
+        // source), verified the same way.
+        const verify::RopeCase g = gathered_rope_case(c);
+        const auto gin = verify::make_inputs(g);
+        ResultRow gathered{"rope_gathered", "ropenorm", dtype_name(dt), shape};
+        gathered.bytes = rope_case_bytes(g);
+        gathered.note = sname + "; Hugging Face cos/sin " + std::string(dtype_name(g.cs_dtype)) +
+                        " gathered per token [T R=D]";
+        fill_rope_errors(verify::run_case(g, gin), &gathered);
+
         if (o.timing) {
           const TensorRef q = rope_heads_view(c, b.q, c.hq), k = rope_heads_view(c, b.k, c.hk);
           const TensorRef q_out = rope_heads_view(c, b.q_out, c.hq);
@@ -79,14 +89,23 @@ Status bench_rope(const BenchOptions& o, std::vector<ResultRow>* rows, std::ostr
           const Launch base_launch = [&](cudaStream_t st) {
             return baseline_rope(bv, dt, style, false, t, c.hq, c.hk, d, st);
           };
+          const verify::DeviceBuffer gcos = verify::to_device(gin.cos);
+          const verify::DeviceBuffer gsin = verify::to_device(gin.sin);
+          const RopeCosSin gcs = rope_case_gathered(g, gcos, gsin);
+          const Launch gathered_launch = [&](cudaStream_t st) {
+            return rope(q, k, q_out, k_out, RopePositions{}, gcs, p, st);
+          };
           const bool graph = t <= o.rope_graph_max_t;
           ROPENORM_TRY(time_launch(o, graph, ours_launch, &ours));
           ROPENORM_TRY(time_launch(o, graph, base_launch, &base));
+          ROPENORM_TRY(time_launch(o, graph, gathered_launch, &gathered));
         }
         print_rope_row(log, ours);
         print_rope_row(log, base);
+        print_rope_row(log, gathered);
         rows->push_back(ours);
         rows->push_back(base);
+        rows->push_back(gathered);
       }
     }
   }

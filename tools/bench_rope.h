@@ -2,8 +2,10 @@
 // rotary, cos/sin from an f32 cache [P = T, R = D], random non-monotone int64 positions, out of
 // place), verify ropenorm and the unfused baseline against the float64 oracle, then time both
 // (CUDA-graph replay for T <= rope_graph_max_t, else cold-L2 medians), printing each row as it is
-// measured. neox for every head_dim; gptj too for D = 128. The style is the first word of the
-// row's note.
+// measured. neox for every head_dim; gptj too for D = 128. Beside them, op `rope_gathered`:
+// ropenorm on the same shape with Hugging Face's cos/sin gathered per token ([T, R] in q's
+// dtype, the transformers integration's source), verified and timed the same way. The style is
+// the first word of the row's note.
 #pragma once
 
 #include <ostream>

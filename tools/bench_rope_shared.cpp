@@ -44,9 +44,25 @@ RopeCase standard_rope_case(int64_t t, int64_t hq, int64_t hk, int64_t d, RopeSt
 
 int64_t rope_case_bytes(const RopeCase& c) {
   const int64_t t = c.tokens(), d = c.head_dim;
+  const bool gathered = c.source == CosSinKind::kHfCosSinGathered;
   return 2 * t * (c.hq + c.hk) * d * static_cast<int64_t>(dtype_size(c.dtype)) +
          t * d * static_cast<int64_t>(dtype_size(c.cs_dtype)) +
-         t * static_cast<int64_t>(sizeof(int64_t));
+         (gathered ? 0 : t * static_cast<int64_t>(sizeof(int64_t)));
+}
+
+RopeCase gathered_rope_case(const RopeCase& c) {
+  RopeCase g = c;
+  g.source = CosSinKind::kHfCosSinGathered;
+  g.cs_dtype = c.dtype;
+  return g;
+}
+
+RopeCosSin rope_case_gathered(const RopeCase& g, const DeviceBuffer& cos, const DeviceBuffer& sin) {
+  RopeCosSin cs;
+  cs.kind = CosSinKind::kHfCosSinGathered;
+  cs.cos = TensorRef::contiguous(cos.get(), g.cs_dtype, {g.tokens(), g.rot()}, Device::cuda(0));
+  cs.sin = TensorRef::contiguous(sin.get(), g.cs_dtype, {g.tokens(), g.rot()}, Device::cuda(0));
+  return cs;
 }
 
 std::vector<std::pair<std::string, int64_t>> rope_case_shape(const RopeCase& c) {

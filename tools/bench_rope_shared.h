@@ -31,8 +31,19 @@ namespace ropenorm::bench {
 verify::RopeCase standard_rope_case(int64_t t, int64_t hq, int64_t hk, int64_t d, RopeStyle style,
                                     uint64_t seed);
 
-/// Bytes one rotation of the case moves: q and k read and written, the cache rows, positions.
+/// Bytes one rotation of the case moves: q and k read and written, the cache rows (or, for
+/// tables gathered per token, the halves of cos and sin it reads) and the positions (none for
+/// gathered tables).
 int64_t rope_case_bytes(const verify::RopeCase& c);
+
+/// The case with Hugging Face's cos/sin gathered per token ([T, R], in q's dtype, as a model in
+/// that dtype passes its position_embeddings) instead of the cache at the positions.
+verify::RopeCase gathered_rope_case(const verify::RopeCase& c);
+
+/// The gathered case's tables (its inputs' cos and sin on the device) as the public calls take
+/// them.
+RopeCosSin rope_case_gathered(const verify::RopeCase& g, const verify::DeviceBuffer& cos,
+                              const verify::DeviceBuffer& sin);
 
 /// The receipt's shape of the case: T, Hq, Hk, D.
 std::vector<std::pair<std::string, int64_t>> rope_case_shape(const verify::RopeCase& c);

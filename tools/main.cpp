@@ -166,7 +166,7 @@ int run_main_job(bool timing, bool quick, const std::string& out_dir,
     std::printf("\nsummary (bf16; ropenorm vs unfused baseline):\n");
     bench::print_header(std::cout);
     for (const auto& r : rows) {
-      if (r.op == "rope") {
+      if (r.op == "rope" || r.op == "rope_gathered") {
         bench::print_rope_row(std::cout, r);
       } else {
         bench::print_row(std::cout, r);

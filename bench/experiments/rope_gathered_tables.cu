@@ -1,8 +1,8 @@
 // RoPE with Hugging Face's gathered cos/sin (H200): the source the transformers integration
 // passes (`hf_cos_sin_gathered`, the position_embeddings of a Hugging Face model: [B, S, R] per
-// token, or [1, S, R] broadcast over B). The planner serves it with the lean kernel up to 64
+// token, or [1, S, R] broadcast over B). The planner served it with the lean kernel up to 64
 // tokens (core::rope_lean_max_tokens) and with the general kernel beyond, since the lean run
-// takes only cos/sin rows indexed by position (core::rope_lean_run); with a cache at positions
+// took only cos/sin rows indexed by position (core::rope_lean_run); with a cache at positions
 // the same call takes the lean run from 4096 tokens (the general kernel ran D = 128 neox at
 // T = 65536 in 395.4 us against the lean run's 339.6 in rope-lean-run-91e26df-*).
 //
@@ -12,12 +12,16 @@
 //
 // Cases: bf16 q [B, S, 32, 128], k [B, S, 8, 128]; bf16 cos and sin (a bf16 model's
 // position_embeddings) gathered on the host from the default f32 cache at random int64 positions
-// below T, halves duplicated: [1, T, 128] for B = 1, and [1, S, 128] viewed as [4, S, 128] with
-// batch stride 0 for B = 4 (as the integration passes a batch); neox and gptj; T = 1024, 4096,
-// 16384, 65536.
+// below T, halves duplicated: [1, T, 128] for B = 1; [1, S, 128] viewed as [4, S, 128] with
+// batch stride 0 for B = 4 (as the integration passes a [1, S, R] batch); [4, S, 128] per token
+// (a model given position_ids per sequence); neox and gptj; T = 256, 1024, 2048, 4096, 16384,
+// 65536 (from 65 tokens the general kernel serves these tables up to the lean run's lengths: the
+// short runs say whether the lean kernel per token should serve them there, as it does rows by
+// position).
 // Variants: the library (its pick printed), the lean kernel per token (LeanAny on
 // plan_rope_lean's grid), the lean run (LeanAny on plan_rope_lean_run's grid at 2 and 4 x 320
-// threads per multiprocessor, the library's lean-run shapes), and beside them the library on the
+// threads per multiprocessor, the library's lean-run shapes; on flat tokens also the flat walk
+// with rows by token, LeanTokensFlat), and beside them the library on the
 // cache at the same positions (a timing reference: its angles are the cache's f32 values, not
 // the tables' bf16 ones, so its outputs are not compared).
 // Checks: every variant's outputs (poisoned before each run) bit for bit against the general
@@ -83,7 +87,7 @@ int main(int argc, char** argv) {
     std::printf("no CUDA device\n");
     return 1;
   }
-  std::vector<int64_t> runs = {1024, 4096, 16384, 65536};
+  std::vector<int64_t> runs = {256, 1024, 2048, 4096, 16384, 65536};
   if (argc > 1) runs.clear();
   for (int i = 1; i < argc; ++i) runs.push_back(std::atoll(argv[i]));
   for (int64_t t : runs) {
@@ -117,17 +121,21 @@ int main(int argc, char** argv) {
   CK(cudaMalloc(&pos_d, max_t * 8));
   bf16 *cos_d = device_bf16({}, max_t * kD), *sin_d = device_bf16({}, max_t * kD);
 
-  for (int batch : {1, 4}) {
+  // The tables' layouts: one sequence; [1, S, R] broadcast over B = 4; [4, S, R] per token.
+  enum class Tables { kOneSequence, kBroadcast, kPerToken };
+  for (Tables layout : {Tables::kOneSequence, Tables::kBroadcast, Tables::kPerToken}) {
+    const int batch = layout == Tables::kOneSequence ? 1 : 4;
+    const bool broadcast = layout == Tables::kBroadcast;
     for (RopeStyle style : {RopeStyle::kNeox, RopeStyle::kGptj}) {
       const bool gptj = style == RopeStyle::kGptj;
       for (int64_t t : runs) {
         const int64_t s = t / batch;
-        // Positions: per token for B = 1; for B = 4 one row per sequence index, shared by the
-        // batch (the broadcast table), so every sequence has the same positions.
-        std::vector<int64_t> pos_h(s);
+        // Positions: per token, or (broadcast) one per sequence index, shared by the batch, so
+        // every sequence has the same positions.
+        std::vector<int64_t> pos_h(broadcast ? s : t);
         for (auto& v : pos_h) v = static_cast<int64_t>(rng() % static_cast<uint64_t>(t));
         std::vector<int64_t> pos_tokens;
-        for (int b = 0; b < batch; ++b)
+        for (int b = 0; b < (broadcast ? batch : 1); ++b)
           pos_tokens.insert(pos_tokens.end(), pos_h.begin(), pos_h.end());
         CK(cudaMemcpy(pos_d, pos_tokens.data(), t * 8, cudaMemcpyHostToDevice));
         std::vector<uint16_t> cos_h, sin_h;
@@ -139,8 +147,9 @@ int main(int argc, char** argv) {
         };
         RopeCosSin gathered;
         gathered.kind = CosSinKind::kHfCosSinGathered;
-        gathered.cos = TensorRef(cos_d, DType::kBFloat16, {batch, s, kD}, {0, kD, 1}, d0);
-        gathered.sin = TensorRef(sin_d, DType::kBFloat16, {batch, s, kD}, {0, kD, 1}, d0);
+        const int64_t table_sb = broadcast ? 0 : s * kD;
+        gathered.cos = TensorRef(cos_d, DType::kBFloat16, {batch, s, kD}, {table_sb, kD, 1}, d0);
+        gathered.sin = TensorRef(sin_d, DType::kBFloat16, {batch, s, kD}, {table_sb, kD, 1}, d0);
         RopeParams prm;
         prm.style = style;
         const RopePositions none;
@@ -180,6 +189,12 @@ int main(int argc, char** argv) {
           names.push_back("lean run " + std::to_string(per) + "x320/SM (grid " +
                           std::to_string(run.grid) + ", " + std::to_string(fit) + " fit per SM)");
           vs.push_back([&, run_k, run] { CK(launch_lean_layout(run_k, run, nullptr, ra)); });
+          if (rope_flat_tokens(ra, 2)) {  // the flat walk, rows by token (LeanTokensFlat)
+            const auto flat_k = gptj ? rope_lean_run_kernel<bf16, bf16, true, LeanTokensFlat>
+                                     : rope_lean_run_kernel<bf16, bf16, false, LeanTokensFlat>;
+            names.push_back("flat lean run " + std::to_string(per) + "x320/SM");
+            vs.push_back([&, flat_k, run] { CK(launch_lean_layout(flat_k, run, nullptr, ra)); });
+          }
         }
 
         const size_t nq = t * kHq * kD, nk = t * kHk * kD;
@@ -187,8 +202,8 @@ int main(int argc, char** argv) {
         CK(cudaMemset(yk, 0xff, h.kn * 2));
         check(run_rope(ref_call, false, nullptr), "general");
         CK(cudaDeviceSynchronize());
-        const std::string label =
-            "B=" + std::to_string(batch) + (gptj ? " gptj" : " neox") + " T=" + std::to_string(t);
+        const std::string label = "B=" + std::to_string(batch) + (broadcast ? " broadcast" : "") +
+                                  (gptj ? " gptj" : " neox") + " T=" + std::to_string(t);
         std::printf("\n%s (library: %s)\n", label.c_str(), plan_name(picked));
         check_variants(label.c_str(), names, vs, h, nq, nk, to_host16(yq, nq), to_host16(yk, nk));
         // The cache at the same positions (timing reference).

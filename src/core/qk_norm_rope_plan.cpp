@@ -70,7 +70,10 @@ QkLeanInstance qk_lean_instance(const QkLeanInstanceFacts& f) {
 
 QkLeanRunInstance qk_lean_run_instance(bool cos_sin_rows, int explicit_position_bits, bool flat,
                                        bool full_warps) {
-  if (!cos_sin_rows || explicit_position_bits != 64) return QkLeanRunInstance::kLanes;
+  if (!cos_sin_rows) {
+    return flat && full_warps ? QkLeanRunInstance::kFlatTokens : QkLeanRunInstance::kLanes;
+  }
+  if (explicit_position_bits != 64) return QkLeanRunInstance::kLanes;
   return flat && full_warps ? QkLeanRunInstance::kFlatI64 : QkLeanRunInstance::kLanesRowsI64;
 }
 

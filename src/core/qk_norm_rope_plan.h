@@ -131,11 +131,14 @@ enum class QkLeanRunInstance {
   kLanes,         ///< 8 or 16 lanes per head; positions and the cos/sin source at run time
   kLanesRowsI64,  ///< also int64 explicit positions and cos/sin rows by position fixed
   kFlatI64,       ///< also flat tokens (rope_flat_tokens) and full warps (lean_run_full_warps)
+  kFlatTokens,    ///< cos/sin gathered per token, flat tokens (theirs too) and full warps
 };
 
 /// kFlatI64 for cos/sin rows by position (a cache or a [P, R] table) with int64 explicit
 /// positions (explicit_position_bits 64), flat tokens and full warps; kLanesRowsI64 for those
-/// rows and positions otherwise; else kLanes.
+/// rows and positions otherwise; kFlatTokens for cos/sin not indexed by position (in a lean run
+/// only tables gathered per token: the lean shape needs loaded cos/sin) with flat tokens and full
+/// warps; else kLanes.
 QkLeanRunInstance qk_lean_run_instance(bool cos_sin_rows, int explicit_position_bits, bool flat,
                                        bool full_warps);
 

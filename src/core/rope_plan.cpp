@@ -145,7 +145,7 @@ bool lean_run_shape(const RopeLeanFacts& f, int64_t min_tokens) {
 bool rope_lean_run(const RopeLeanFacts& f) {
   const int64_t min_tokens =
       rope_lean_long_run_block(f) ? kRopeLeanRunMinTokens : kRopeLeanRunShortMinTokens;
-  return lean_run_shape(f, min_tokens) && f.cos_sin_rows;
+  return lean_run_shape(f, min_tokens);
 }
 
 bool flat_tokens(int64_t batch, int64_t seq, const TokenStrides* ops, int count) {
@@ -162,7 +162,9 @@ bool lean_run_full_warps(const RopePlan& p, int64_t heads) {
   return p.lean_run && (int64_t{p.bx} * p.by) % 32 == 0 && int64_t{p.by} * p.head_groups == heads;
 }
 
-RopeLeanRunInstance rope_lean_run_instance(int explicit_position_bits, bool flat) {
+RopeLeanRunInstance rope_lean_run_instance(bool cos_sin_rows, int explicit_position_bits,
+                                           bool flat) {
+  if (!cos_sin_rows) return flat ? RopeLeanRunInstance::kTokensFlat : RopeLeanRunInstance::kAny;
   return explicit_position_bits == 64 && flat ? RopeLeanRunInstance::kRowsFlatI64
                                               : RopeLeanRunInstance::kRows;
 }

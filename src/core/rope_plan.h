@@ -226,8 +226,9 @@ constexpr int64_t kRopeLeanRunMaxGrid = 4096;
 bool lean_run_shape(const RopeLeanFacts& f, int64_t min_tokens);
 
 /// The RoPE launcher's lean run serves the call: lean_run_shape with kRopeLeanRunMinTokens
-/// (kRopeLeanRunShortMinTokens for blocks rope_lean_long_run_block rejects), and cos/sin rows
-/// indexed by position (a cache or a [P, R] table).
+/// (kRopeLeanRunShortMinTokens for blocks rope_lean_long_run_block rejects), for any loaded
+/// cos/sin: rows indexed by position (a cache or a [P, R] table) or Hugging Face's tables
+/// gathered per token (rope_lean_run_instance's kAny).
 bool rope_lean_run(const RopeLeanFacts& f);
 
 /// One operand's token strides in elements (token (b, s) at b * sb + s * ss) and its element
@@ -250,15 +251,20 @@ bool flat_tokens(int64_t batch, int64_t seq, const TokenStrides* ops, int count)
 /// 32 and the head groups' rows exactly the heads), so a row's butterfly may name all 32 lanes.
 bool lean_run_full_warps(const RopePlan& p, int64_t heads);
 
-/// Instances of the RoPE lean-run kernel (cuda/rope/rope_lean_spec.h); both give the same bits.
+/// Instances of the RoPE lean-run kernel (cuda/rope/rope_lean_spec.h); all give the same bits.
 enum class RopeLeanRunInstance {
   kRows,         ///< cos/sin rows by position; positions at run time
   kRowsFlatI64,  ///< also int64 explicit positions and flat tokens (rope_flat_tokens)
+  kAny,          ///< the source at run time (Hugging Face's tables gathered per token)
+  kTokensFlat,   ///< tables gathered per token, flat tokens (theirs too: rope_flat_tokens)
 };
 
-/// kRowsFlatI64 for int64 explicit positions (explicit_position_bits 64) and flat tokens, else
-/// kRows (every call rope_lean_run accepts has cos/sin rows by position).
-RopeLeanRunInstance rope_lean_run_instance(int explicit_position_bits, bool flat);
+/// For cos/sin not indexed by position (the gathered tables: the only such source a lean run
+/// takes, since rope_lean_shape needs loaded cos/sin) kTokensFlat with flat tokens, else kAny;
+/// for rows by position kRowsFlatI64 with int64 explicit positions (explicit_position_bits 64)
+/// and flat tokens, else kRows.
+RopeLeanRunInstance rope_lean_run_instance(bool cos_sin_rows, int explicit_position_bits,
+                                           bool flat);
 
 /// The RoPE launcher's plan for a call (f.vec its vector width) on a device of sm_count
 /// multiprocessors: when allow_lean, the lean run for calls rope_lean_run accepts

@@ -102,6 +102,9 @@ std::string describe(const RopeCase& c) {
      << cos_sin_kind_name(c.source);
   if (c.source != CosSinKind::kInvFreq)
     os << ":" << dtype_name(c.cs_dtype) << " P=" << c.table_rows;
+  if (c.source == CosSinKind::kHfCosSinGathered && c.gathered_rows() != c.tokens()) {
+    os << " broadcast over B";
+  }
   if (c.source == CosSinKind::kInvFreq && c.attention_scaling != 1.0f) {
     os << " scaling=" << c.attention_scaling;
   }
@@ -174,7 +177,7 @@ RopeInputs make_inputs(const RopeCase& c) {
       // Hugging Face's duplicated halves: cos[.., i] = cos[.., h + i] = c_i (same for sin).
       const HostTensor table = build_cache(c, rows);
       const bool gathered = c.source == CosSinKind::kHfCosSinGathered;
-      const int64_t n = gathered ? t : p;
+      const int64_t n = gathered ? c.gathered_rows() : p;
       in.cos = HostTensor(c.cs_dtype, n * r);
       in.sin = HostTensor(c.cs_dtype, n * r);
       for (int64_t i = 0; i < n; ++i) {
@@ -276,8 +279,9 @@ RopeOutcome run_case(const RopeCase& c, const RopeInputs& in) {
         cs.cos = TensorRef(cp, c.cs_dtype, {c.table_rows, r}, {r, 1}, Device::cuda(0));
         cs.sin = TensorRef(sp, c.cs_dtype, {c.table_rows, r}, {r, 1}, Device::cuda(0));
       } else if (c.batch > 0) {
-        cs.cos = TensorRef(cp, c.cs_dtype, {c.batch, c.seq, r}, {c.seq * r, r, 1}, Device::cuda(0));
-        cs.sin = TensorRef(sp, c.cs_dtype, {c.batch, c.seq, r}, {c.seq * r, r, 1}, Device::cuda(0));
+        const int64_t sb = c.gathered_broadcast ? 0 : c.seq * r;  // B > 0 here
+        cs.cos = TensorRef(cp, c.cs_dtype, {c.batch, c.seq, r}, {sb, r, 1}, Device::cuda(0));
+        cs.sin = TensorRef(sp, c.cs_dtype, {c.batch, c.seq, r}, {sb, r, 1}, Device::cuda(0));
       } else {
         cs.cos = TensorRef(cp, c.cs_dtype, {t, r}, {r, 1}, Device::cuda(0));
         cs.sin = TensorRef(sp, c.cs_dtype, {t, r}, {r, 1}, Device::cuda(0));

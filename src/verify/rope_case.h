@@ -49,6 +49,10 @@ struct RopeCase {
   bool pos_flat = false;      ///< 4-D q with explicit positions: [B * S] instead of [B, S]
   bool seq_offs_i64 = true;   ///< kArangeSeqOffs: seq_offsets dtype
   int64_t table_rows = 4096;  ///< P of the cache / Hugging Face tables; positions in [0, P)
+  /// kHfCosSinGathered with B > 0: one [S, R] table viewed as [B, S, R] with batch stride 0 (a
+  /// [1, S, R] table broadcast over the batch, as Hugging Face models pass it), its rows those
+  /// of the first sequence's positions.
+  bool gathered_broadcast = false;
   bool in_place = false;
   bool inverse = false;
   bool check_positions = false;
@@ -60,6 +64,13 @@ struct RopeCase {
 
   int64_t tokens() const { return (batch > 0 ? batch : 1) * seq; }
   int64_t rot() const { return rotary_dim == 0 ? head_dim : rotary_dim; }
+  /// Rows of a gathered case's tables: one per sequence index when broadcast over B > 0, else
+  /// one per token.
+  int64_t gathered_rows() const { return gathered_broadcast && batch > 0 ? seq : tokens(); }
+  /// The table row of token tok = b * S + s of a gathered case.
+  int64_t gathered_row(int64_t tok) const {
+    return gathered_broadcast && batch > 0 ? tok % seq : tok;
+  }
 };
 
 /// Host copies of a case's inputs (drawn by make_inputs, editable before run_case).
@@ -69,8 +80,8 @@ struct RopeInputs {
   std::vector<int64_t> seq_offsets;  ///< [B] (kArangeSeqOffs)
   int64_t offset = 0;                ///< arange offset
   HostTensor cache;                  ///< [P, R] (kCache; rows nobody reads may be NaN)
-  HostTensor cos, sin;               ///< [P, R] (kHfCosSin) or [T, R] (kHfCosSinGathered)
-  std::vector<float> inv_freq;       ///< [R / 2] (kInvFreq)
+  HostTensor cos, sin;          ///< [P, R] (kHfCosSin) or [gathered_rows(), R] (kHfCosSinGathered)
+  std::vector<float> inv_freq;  ///< [R / 2] (kInvFreq)
 };
 
 /// Largest error of a set of elements, in output ulps, after the source's fp32 allowance.

@@ -130,8 +130,8 @@ void kernel_cos_sin(const RopeCase& c, const RopeInputs& in, int64_t tok, double
         sv[i] = in.sin.get(p * r + i);
         break;
       case CosSinKind::kHfCosSinGathered:
-        cv[i] = in.cos.get(tok * r + i);
-        sv[i] = in.sin.get(tok * r + i);
+        cv[i] = in.cos.get(c.gathered_row(tok) * r + i);
+        sv[i] = in.sin.get(c.gathered_row(tok) * r + i);
         break;
       case CosSinKind::kInvFreq:
         ang[i] = fp32_angle(p, in.inv_freq[i]);

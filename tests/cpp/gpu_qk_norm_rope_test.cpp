@@ -278,11 +278,12 @@ TEST(GpuQkNormRope, LeanKernelMatchesPairKernel) {
 // the lean kernels disallowed): both styles and directions, f16 and bf16 data, f32 / bf16 / f16
 // tables (cache, Hugging Face table, per-token gathered), bf16 / f16 / f32 weights with an
 // offset, int64 / int32 / implicit positions with per-sequence offsets, in place, D 128 and 256,
-// one sequence and batches whose sequences end inside a block's run of tokens, one and two head
-// groups, blocks of 96 to 320 threads. Every instance core::qk_lean_run_instance picks: flat
-// tokens and full warps with int64 positions and cache rows (32 + 8 heads, one sequence and a
-// batch, D 128 and 256), the same rows and positions with a partial warp (16 + 1 heads, D 128 and
-// 256), and the rest.
+// one sequence and batches whose sequences end inside a block's run of tokens, a gathered table
+// broadcast over the batch, one and two head groups, blocks of 96 to 320 threads. Every instance
+// core::qk_lean_run_instance picks: flat tokens and full warps with int64 positions and cache rows
+// (32 + 8 heads, one sequence and a batch, D 128 and 256), the same rows and positions with a
+// partial warp (16 + 1 heads, D 128 and 256), gathered tables on flat tokens with full warps
+// (D 128 and 256), and the rest.
 TEST(GpuQkNormRope, LeanRunMatchesPairKernel) {
   ROPENORM_REQUIRE_GPU();
   struct Variant {
@@ -296,10 +297,20 @@ TEST(GpuQkNormRope, LeanRunMatchesPairKernel) {
     RopePosKind pos_kind;
     int64_t batch, seq;
     bool in_place;
+    bool gathered_broadcast = false;  ///< one [S, R] gathered table broadcast over B
   };
   const Variant variants[] = {
       {DType::kBFloat16, RopeStyle::kNeox, false, CosSinKind::kCache, DType::kFloat32,
        DType::kBFloat16, 128, 32, 8, RopePosKind::kI64, 0, core::kQkLeanRunMinTokens + 3, false},
+      // Gathered tables: broadcast over B (batch stride 0, as Hugging Face models pass them:
+      // LeanLanes), and per token on flat tokens, in place and out (LeanFlatTokens<8>; the
+      // 16-lane one below: 16 + 4 heads at D 256).
+      {DType::kBFloat16, RopeStyle::kGptj, false, CosSinKind::kHfCosSinGathered, DType::kFloat32,
+       DType::kBFloat16, 128, 32, 8, RopePosKind::kI64, 4, 1100, false, true},
+      {DType::kBFloat16, RopeStyle::kNeox, true, CosSinKind::kHfCosSinGathered, DType::kFloat16,
+       DType::kFloat32, 128, 32, 8, RopePosKind::kI64, 0, core::kQkLeanRunMinTokens + 7, true},
+      {DType::kFloat16, RopeStyle::kGptj, false, CosSinKind::kHfCosSinGathered, DType::kFloat32,
+       DType::kBFloat16, 128, 32, 8, RopePosKind::kI64, 2, 1100, false},
       {DType::kFloat16, RopeStyle::kGptj, true, CosSinKind::kHfCosSin, DType::kFloat16,
        DType::kFloat32, 128, 32, 8, RopePosKind::kI32, 3, 1501, false},
       {DType::kBFloat16, RopeStyle::kNeox, false, CosSinKind::kHfCosSinGathered, DType::kBFloat16,
@@ -337,6 +348,7 @@ TEST(GpuQkNormRope, LeanRunMatchesPairKernel) {
     c.rope.layout = RopeLayout::kPackedQkv;
     c.rope.pos_kind = v.pos_kind;
     c.rope.in_place = v.in_place;
+    c.rope.gathered_broadcast = v.gathered_broadcast;
     c.rope.table_rows = 8192;
     c.w_dtype = v.w_dtype;
     c.weight_offset = 1.0f;

@@ -65,7 +65,8 @@ struct LeanVariant {
   int64_t hq, hk, head_dim, batch, seq;
   RopePosKind pos_kind;
   bool in_place;
-  bool hf_bhsd = false;  ///< Hugging Face [B, H, S, D] buffers (k present)
+  bool hf_bhsd = false;             ///< Hugging Face [B, H, S, D] buffers (k present)
+  bool gathered_broadcast = false;  ///< gathered tables [S, R] broadcast over B (RopeCase)
 };
 
 RopeCase lean_variant_case(const LeanVariant& v, uint64_t seed) {
@@ -87,6 +88,7 @@ RopeCase lean_variant_case(const LeanVariant& v, uint64_t seed) {
              : v.hk > 0 ? RopeLayout::kPackedQkv
                         : RopeLayout::kSeparate;
   c.in_place = v.in_place;
+  c.gathered_broadcast = v.gathered_broadcast;
   c.seed = seed;
   return c;
 }
@@ -443,8 +445,8 @@ TEST(GpuRope, LeanKernelMatchesGeneralKernel) {
   }
 }
 
-// The lean run (what the planner picks from kRopeLeanRunMinTokens tokens for cos/sin rows by
-// position and D 128 / 256, from kRopeLeanRunShortMinTokens where the lean kernel's block would
+// The lean run (what the planner picks from kRopeLeanRunMinTokens tokens for loaded cos/sin and
+// D 128 / 256, from kRopeLeanRunShortMinTokens where the lean kernel's block would
 // be past kRopeLeanLongRunThreads: a persistent grid, each block's tokens interleaved over it; gptj
 // through the row swizzle) gives the general kernel's bits: both styles, both directions, f16
 // and bf16 data, the cache and the [P, R] table in every dtype, every explicit and implicit
@@ -452,7 +454,9 @@ TEST(GpuRope, LeanKernelMatchesGeneralKernel) {
 // groups (D 256, 32 + 8 heads; D 128, 41 heads with an idle row and a partial last warp), 8 and
 // 16 lanes a row in both styles, small blocks several to a multiprocessor, k absent, in and out
 // of place; int64 positions on flat tokens (the flat walk: one sequence, a packed batch, k
-// absent) and on Hugging Face [B, H, S, D] buffers of two sequences (not flat). Each case is first
+// absent) and on Hugging Face [B, H, S, D] buffers of two sequences (not flat); Hugging Face's
+// tables gathered per token (the source read at run time), one sequence and B x S, their [S, R]
+// table broadcast over B (batch stride 0, as Hugging Face models pass it). Each case is first
 // checked against the oracle, and the plan the launcher reports is the lean run (the general kernel
 // with the lean ones disallowed).
 TEST(GpuRope, LeanRunMatchesGeneralKernel) {
@@ -489,6 +493,18 @@ TEST(GpuRope, LeanRunMatchesGeneralKernel) {
        0, core::kRopeLeanRunShortMinTokens + 5, RopePosKind::kI64, false},
       {DType::kFloat16, RopeStyle::kNeox, true, CosSinKind::kHfCosSin, DType::kBFloat16, 32, 8, 256,
        2, core::kRopeLeanRunShortMinTokens / 2, RopePosKind::kI32, true},
+      // Gathered tables: one sequence and B x S per token (flat tokens: LeanTokensFlat); B x S
+      // broadcast over B (LeanAny); both styles, the three table dtypes, 8 and 16 lanes, in
+      // place and out, the inverse rotation.
+      {DType::kBFloat16, RopeStyle::kNeox, false, CosSinKind::kHfCosSinGathered, DType::kFloat16,
+       32, 8, 128, 0, n + 3, RopePosKind::kI64, false},
+      {DType::kFloat16, RopeStyle::kGptj, true, CosSinKind::kHfCosSinGathered, DType::kFloat32, 16,
+       4, 256, 2, 2101, RopePosKind::kI64, true},
+      {DType::kBFloat16, RopeStyle::kNeox, true, CosSinKind::kHfCosSinGathered, DType::kFloat32, 32,
+       8, 128, 3, 1501, RopePosKind::kI64, false, false, true},
+      {DType::kBFloat16, RopeStyle::kGptj, false, CosSinKind::kHfCosSinGathered, DType::kBFloat16,
+       32, 8, 256, 2, core::kRopeLeanRunShortMinTokens / 2 + 3, RopePosKind::kI64, true, false,
+       true},
   };
   uint64_t seed = 1200;
   for (const LeanVariant& v : variants) {

@@ -205,8 +205,11 @@ TEST(CpuQkNormRopePlan, LeanRunInstance) {
   for (bool flat : {false, true}) {
     EXPECT_EQ(qk_lean_run_instance(true, 32, flat, true), QkLeanRunInstance::kLanes);
     EXPECT_EQ(qk_lean_run_instance(true, 0, flat, true), QkLeanRunInstance::kLanes);
-    EXPECT_EQ(qk_lean_run_instance(false, 64, flat, true), QkLeanRunInstance::kLanes);  // gathered
   }
+  // Gathered tables: rows by token on flat tokens with full warps, else the general walk.
+  EXPECT_EQ(qk_lean_run_instance(false, 0, true, true), QkLeanRunInstance::kFlatTokens);
+  EXPECT_EQ(qk_lean_run_instance(false, 0, false, true), QkLeanRunInstance::kLanes);
+  EXPECT_EQ(qk_lean_run_instance(false, 0, true, false), QkLeanRunInstance::kLanes);
 }
 
 // Full warps on the lean-run plans the GPU tests take: 32 + 8 heads at D 128 (one group of 40

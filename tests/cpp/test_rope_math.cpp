@@ -165,6 +165,24 @@ TEST(CpuRopeCase, HfTablesDuplicateTheCacheHalves) {
       EXPECT_EQ(g.sin.bits(t * 8 + j), in.sin.bits(g.positions[t] * 8 + j));
     }
   }
+  // Broadcast over B = 4 sequences of 5: one row per sequence index, from the first sequence's
+  // positions, and token b * 5 + s reads row s.
+  c.batch = 4;
+  c.seq = 5;
+  c.gathered_broadcast = true;
+  const auto bc = verify::make_inputs(c);
+  ASSERT_EQ(c.gathered_rows(), 5);
+  ASSERT_EQ(bc.cos.numel(), 5 * 8);
+  for (int64_t s = 0; s < 5; ++s) {
+    for (int64_t j = 0; j < 8; ++j) {
+      EXPECT_EQ(bc.cos.bits(s * 8 + j), in.cos.bits(bc.positions[s] * 8 + j));
+      EXPECT_EQ(bc.sin.bits(s * 8 + j), in.sin.bits(bc.positions[s] * 8 + j));
+    }
+  }
+  EXPECT_EQ(c.gathered_row(3 * 5 + 2), 2);
+  c.batch = 0;  // one sequence: the flag changes nothing
+  EXPECT_EQ(c.gathered_rows(), 5);
+  EXPECT_EQ(c.gathered_row(4), 4);
 }
 
 TEST(CpuRopeCase, LargeTablesBuildTheRowsInUse) {

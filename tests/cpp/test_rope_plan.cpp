@@ -325,10 +325,17 @@ TEST(CpuRopePlan, LeanHeadSplit) {
   }
 }
 
-// The RoPE lean run: rows by position, 8 or 16 lanes, from kRopeLeanRunMinTokens tokens.
+// The RoPE lean run: any loaded cos/sin (rows by position, or gathered per token), 8 or 16
+// lanes, from kRopeLeanRunMinTokens tokens.
 TEST(CpuRopePlan, LeanRunRule) {
   RopeLeanFacts f = lean_facts(kRopeLeanRunMinTokens, 40, 64, 128);
-  EXPECT_FALSE(rope_lean_run(f));  // gathered rows
+  EXPECT_TRUE(rope_lean_run(f));  // gathered rows
+  f.tokens -= 1;
+  EXPECT_FALSE(rope_lean_run(f));
+  f.tokens += 1;
+  f.cos_sin_loaded = false;  // computed from inv_freq: no lean shape
+  EXPECT_FALSE(rope_lean_run(f));
+  f.cos_sin_loaded = true;
   f.cos_sin_rows = true;
   EXPECT_TRUE(rope_lean_run(f));
   f.tokens -= 1;
@@ -426,13 +433,36 @@ TEST(CpuRopePlan, FlatTokensTables) {
   }
   a.q.ss = kFlatMaxStrideBytes / 2 + 1;  // and the token strides still bound it
   EXPECT_FALSE(cuda::rope_flat_tokens(a, 2));
+  a.q.ss = 6144;
+  // Gathered tables are operands too: [B, S, R] per token is flat, a [1, S, R] table broadcast
+  // over B (batch stride 0) is not, nor a token stride past the bound.
+  a.source = cuda::RopeSource::kGathered;
+  a.pos = nullptr;
+  a.batch = 4;
+  a.seq = 16384;
+  a.q.sb = 16384 * 6144;
+  a.q_out = a.q;
+  a.cs_dtype = DType::kBFloat16;
+  a.cos_sb = a.sin_sb = 16384 * 128;
+  a.cos_ss = a.sin_ss = 128;
+  EXPECT_TRUE(cuda::rope_flat_tokens(a, 2));
+  a.sin_sb = 0;
+  EXPECT_FALSE(cuda::rope_flat_tokens(a, 2));
+  a.sin_sb = 16384 * 128;
+  a.cos_ss = kFlatMaxStrideBytes / 2 + 1;
+  a.cos_sb = 16384 * a.cos_ss;
+  EXPECT_FALSE(cuda::rope_flat_tokens(a, 2));
 }
 
 TEST(CpuRopePlan, LeanRunInstance) {
-  EXPECT_EQ(rope_lean_run_instance(64, true), RopeLeanRunInstance::kRowsFlatI64);
-  EXPECT_EQ(rope_lean_run_instance(64, false), RopeLeanRunInstance::kRows);
-  EXPECT_EQ(rope_lean_run_instance(32, true), RopeLeanRunInstance::kRows);
-  EXPECT_EQ(rope_lean_run_instance(0, true), RopeLeanRunInstance::kRows);
+  EXPECT_EQ(rope_lean_run_instance(true, 64, true), RopeLeanRunInstance::kRowsFlatI64);
+  EXPECT_EQ(rope_lean_run_instance(true, 64, false), RopeLeanRunInstance::kRows);
+  EXPECT_EQ(rope_lean_run_instance(true, 32, true), RopeLeanRunInstance::kRows);
+  EXPECT_EQ(rope_lean_run_instance(true, 0, true), RopeLeanRunInstance::kRows);
+  // Gathered tables (no rows by position): rows by token on flat tokens, else the source read
+  // at run time.
+  EXPECT_EQ(rope_lean_run_instance(false, 0, true), RopeLeanRunInstance::kTokensFlat);
+  EXPECT_EQ(rope_lean_run_instance(false, 0, false), RopeLeanRunInstance::kAny);
 }
 
 TEST(CpuRopePlan, LeanRunLaunchShape) {
@@ -505,10 +535,16 @@ TEST(CpuRopePlan, CallPlan) {
   f.tokens -= 1;
   p = plan_rope_call(f, true, 132);
   EXPECT_FALSE(p.lean_run || p.lean);
-  f = lean_facts(65536, 40, 64, 128);  // gathered rows: the general kernel on long runs
+  // Gathered rows: the lean kernel up to kRopeLeanMaxTokens, the general kernel up to the lean
+  // run, the lean run on long runs.
+  f = lean_facts(65536, 40, 64, 128);
+  EXPECT_TRUE(plan_rope_call(f, true, 132).lean_run);
+  f.tokens = kRopeLeanRunMinTokens - 1;
   p = plan_rope_call(f, true, 132);
   EXPECT_FALSE(p.lean_run || p.lean);
   EXPECT_EQ(p.vec, 8);
+  f.tokens = kRopeLeanMaxTokens;
+  EXPECT_TRUE(plan_rope_call(f, true, 132).lean);
 }
 
 }  // namespace

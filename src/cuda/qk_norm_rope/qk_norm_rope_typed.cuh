@@ -7,7 +7,8 @@
 // or looping), the lean kernel per style and cos/sin table dtype in the instances
 // core::qk_lean_instance picks (LeanDecode for int64 and int32 positions, LeanLanesWeights for
 // 8 and 16 lanes, LeanAny) and the lean-run kernel per style and table dtype for 8 and 16 lanes
-// in the instances core::qk_lean_run_instance picks (LeanFlatI64, LeanRowsI64, LeanLanes).
+// in the instances core::qk_lean_run_instance picks (LeanFlatI64, LeanRowsI64, LeanFlatTokens,
+// LeanLanes).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -36,25 +37,28 @@ Status launch_qk_norm_rope_typed(const QkNormRopeArgs& a, const core::QkNormRope
           rope_rows_by_position(a.rope), rope_explicit_position_bits(a.rope),
           rope_flat_tokens(a.rope, sizeof(T)),
           core::lean_run_full_warps(plan.rope, int64_t{a.rope.hq} + a.rope.hk));
-      ROPENORM_TRY(
-          launch_rope_lean("qk_norm_rope", a.rope.cs_dtype, a.rope.gptj, plan.rope, stream, a, &err,
-                           [&](auto c, auto gptj) {
-                             using C = typename decltype(c)::type;
-                             constexpr bool G = decltype(gptj)::value;
-                             const bool l8 = plan.rope.bx == 8;
-                             switch (inst) {
-                               case core::QkLeanRunInstance::kFlatI64:
-                                 return l8 ? qk_norm_rope_lean_run_kernel<T, C, G, LeanFlatI64<8>>
-                                           : qk_norm_rope_lean_run_kernel<T, C, G, LeanFlatI64<16>>;
-                               case core::QkLeanRunInstance::kLanesRowsI64:
-                                 return l8 ? qk_norm_rope_lean_run_kernel<T, C, G, LeanRowsI64<8>>
-                                           : qk_norm_rope_lean_run_kernel<T, C, G, LeanRowsI64<16>>;
-                               case core::QkLeanRunInstance::kLanes:
-                                 break;
-                             }
-                             return l8 ? qk_norm_rope_lean_run_kernel<T, C, G, LeanLanes<8>>
-                                       : qk_norm_rope_lean_run_kernel<T, C, G, LeanLanes<16>>;
-                           }));
+      ROPENORM_TRY(launch_rope_lean(
+          "qk_norm_rope", a.rope.cs_dtype, a.rope.gptj, plan.rope, stream, a, &err,
+          [&](auto c, auto gptj) {
+            using C = typename decltype(c)::type;
+            constexpr bool G = decltype(gptj)::value;
+            const bool l8 = plan.rope.bx == 8;
+            switch (inst) {
+              case core::QkLeanRunInstance::kFlatI64:
+                return l8 ? qk_norm_rope_lean_run_kernel<T, C, G, LeanFlatI64<8>>
+                          : qk_norm_rope_lean_run_kernel<T, C, G, LeanFlatI64<16>>;
+              case core::QkLeanRunInstance::kLanesRowsI64:
+                return l8 ? qk_norm_rope_lean_run_kernel<T, C, G, LeanRowsI64<8>>
+                          : qk_norm_rope_lean_run_kernel<T, C, G, LeanRowsI64<16>>;
+              case core::QkLeanRunInstance::kFlatTokens:
+                return l8 ? qk_norm_rope_lean_run_kernel<T, C, G, LeanFlatTokens<8>>
+                          : qk_norm_rope_lean_run_kernel<T, C, G, LeanFlatTokens<16>>;
+              case core::QkLeanRunInstance::kLanes:
+                break;
+            }
+            return l8 ? qk_norm_rope_lean_run_kernel<T, C, G, LeanLanes<8>>
+                      : qk_norm_rope_lean_run_kernel<T, C, G, LeanLanes<16>>;
+          }));
     } else {
       return Status(StatusCode::kUnsupported, "qk_norm_rope: no lean-run kernel for 32-bit q/k");
     }

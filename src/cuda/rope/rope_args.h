@@ -70,18 +70,24 @@ inline bool rope_tables_flat(int64_t table_rows, int64_t cos_row, int64_t sin_ro
   return core::flat_tokens(1, table_rows, rows, 2);
 }
 
-/// Token t of q, k, their outputs and the explicit positions sits at t times the operand's
-/// token stride (core::flat_tokens; elem_size: the q/k dtype's size), and tables indexed by
-/// position are within 32-bit rows and row strides (tables_flat): the lean runs' flat walk
-/// applies (it addresses a table row from the position's low 32 bits).
+/// Token t of q, k, their outputs, the explicit positions and tables gathered per token sits at
+/// t times the operand's token stride (core::flat_tokens; elem_size: the q/k dtype's size), and
+/// tables indexed by position are within 32-bit rows and row strides (tables_flat): the lean
+/// runs' flat walk applies (it addresses a table row from the position's low 32 bits, or a
+/// gathered table's from t).
 inline bool rope_flat_tokens(const RopeKernelArgs& a, int64_t elem_size) {
   if (rope_rows_by_position(a) && !a.tables_flat) return false;
-  core::TokenStrides ops[5];
+  core::TokenStrides ops[7];
   int n = 0;
   for (const RopeOperand* o : {&a.q, &a.q_out, &a.k, &a.k_out}) {
     if (o->data != nullptr) ops[n++] = core::TokenStrides{o->sb, o->ss, elem_size};
   }
   if (a.pos != nullptr) ops[n++] = core::TokenStrides{a.pos_sb, a.pos_ss, a.pos_i64 ? 8 : 4};
+  if (a.source == RopeSource::kGathered) {
+    const auto cs = static_cast<int64_t>(dtype_size(a.cs_dtype));
+    ops[n++] = core::TokenStrides{a.cos_sb, a.cos_ss, cs};
+    ops[n++] = core::TokenStrides{a.sin_sb, a.sin_ss, cs};
+  }
   return core::flat_tokens(a.batch, a.seq, ops, n);
 }
 

@@ -10,7 +10,8 @@
 //    the grid, rope_block_tokens.cuh), one per round, in order. The general walk (LeanRunWalkBs)
 //    advances (b, s) without division and addresses from them; the flat walk (Spec::kFlat,
 //    LeanRunWalkFlat) keeps t alone and addresses each operand at t times its token stride,
-//    and a table row at the position's low 32 bits times the row stride, from the lane's bases.
+//    and a table row at the position's low 32 bits times the row stride (tables gathered per
+//    token, Spec::kTokenRows: at t times their token stride), from the lane's bases.
 //  - Head and pairs: thread row y of head group blockIdx.y owns head hh = blockIdx.y rows + y (q
 //    heads first, then k; rows past Hq + Hk exit at once), lane x its pair vector x (two
 //    V-vectors of channels, and the pairs' c_i, s_i), as in the lean kernel.
@@ -18,7 +19,8 @@
 //    cp.async of its token j + S - 1's two vectors (through L1 only for QK-norm + RoPE gptj, L2
 //    only otherwise) and cos/sin chunks (through L1: every head row of the block reads the same
 //    rows; an f32 table's kept in L2 at evict_last, LeanRunRing::fetch_cos_sin, for the tokens of
-//    a repeated position and the next call on the same positions), then waits for its own copy of
+//    a repeated position and the next call on the same positions, except tables the spec fixes
+//    as gathered per token, read once a call), then waits for its own copy of
 //    token j. Directly (neox; QK-norm + RoPE gptj, its data through L1) it reads and writes nothing
 //    but its own slots, so no barrier is needed. In the row swizzle (RoPE gptj, LeanRunIo) lane x
 //    fetches the head's chunks x and x + L instead of its own 2x and 2x + 1, and the row's lanes
@@ -130,17 +132,18 @@ __device__ __forceinline__ P* flat_at(P* base, uint32_t i, uint32_t stride) {
 /// rope_flat_tokens): the cursor is t alone (32 bits, block bx's tokens bx, bx + G, ...), and
 /// each address one wide multiply-add of t, or of the position's low 32 bits (a position in
 /// [0, P) as the call requires), by a 32-bit byte stride from the lane's base; int64 positions,
-/// cos/sin rows by position.
+/// cos/sin rows by position. Spec::kTokenRows: the tables gathered per token instead, token t's
+/// rows at t times their token strides (flat too), and no position read.
 template <typename T, typename C, typename Spec>
 struct LeanRunWalkFlat {
   using Cursor = uint32_t;
   const RopeKernelArgs& a;
   const unsigned char* in;    ///< the lane's first fetched chunk of token 0
   unsigned char* out;         ///< the lane's first stored chunk of token 0 (channel fa too)
-  const unsigned char* cos;   ///< the lane's c_i (pairs i0 ..) of position 0
+  const unsigned char* cos;   ///< the lane's c_i (pairs i0 ..) of position (or token) 0
   const unsigned char* sin;   ///< its s_i
   uint32_t in_ss, out_ss;     ///< token strides in bytes
-  uint32_t cos_row, sin_row;  ///< table row strides in bytes
+  uint32_t cos_row, sin_row;  ///< table row strides in bytes (kTokenRows: token strides)
 
   __device__ __forceinline__ LeanRunWalkFlat(const RopeKernelArgs& args, const LeanRunLane& ln,
                                              int fetch_a)
@@ -154,8 +157,10 @@ struct LeanRunWalkFlat {
     out_ss = static_cast<uint32_t>(o.ss * int64_t{sizeof(T)});
     cos = static_cast<const unsigned char*>(args.cos) + ln.i0 * int64_t{sizeof(C)};
     sin = static_cast<const unsigned char*>(args.sin) + ln.i0 * int64_t{sizeof(C)};
-    cos_row = static_cast<uint32_t>(args.cos_row * int64_t{sizeof(C)});
-    sin_row = static_cast<uint32_t>(args.sin_row * int64_t{sizeof(C)});
+    cos_row =
+        static_cast<uint32_t>((Spec::kTokenRows ? args.cos_ss : args.cos_row) * int64_t{sizeof(C)});
+    sin_row =
+        static_cast<uint32_t>((Spec::kTokenRows ? args.sin_ss : args.sin_row) * int64_t{sizeof(C)});
   }
   __device__ __forceinline__ Cursor first() const { return blockIdx.x; }
   __device__ __forceinline__ bool valid(Cursor t) const {
@@ -170,12 +175,16 @@ struct LeanRunWalkFlat {
     return reinterpret_cast<T*>(flat_at(out, t, out_ss));
   }
   __device__ __forceinline__ int64_t position(Cursor t) const {
-    const auto stride = static_cast<uint32_t>(a.pos_ss * int64_t{sizeof(int64_t)});
-    return *reinterpret_cast<const int64_t*>(static_cast<const unsigned char*>(a.pos) +
-                                             static_cast<uint64_t>(t) * stride);
+    if constexpr (Spec::kTokenRows) {
+      return 0;  // not read: the rows follow the token
+    } else {
+      const auto stride = static_cast<uint32_t>(a.pos_ss * int64_t{sizeof(int64_t)});
+      return *reinterpret_cast<const int64_t*>(static_cast<const unsigned char*>(a.pos) +
+                                               static_cast<uint64_t>(t) * stride);
+    }
   }
-  __device__ __forceinline__ void cs_at(Cursor, int64_t p, const C*& co, const C*& so) const {
-    const auto row = static_cast<uint32_t>(p);
+  __device__ __forceinline__ void cs_at(Cursor t, int64_t p, const C*& co, const C*& so) const {
+    const uint32_t row = Spec::kTokenRows ? t : static_cast<uint32_t>(p);
     co = reinterpret_cast<const C*>(flat_at(cos, row, cos_row));
     so = reinterpret_cast<const C*>(flat_at(sin, row, sin_row));
   }
@@ -204,14 +213,16 @@ struct LeanRunRing {
   static constexpr int kCos = 2 * kVecChunks, kSin = kCos + kCsChunks;  ///< cos/sin chunks
 
   /// Starts the copies of a token's cos and sin chunks (co, so: the lane's c_i and s_i) into
-  /// `stage`, through L1. An f32 table's rows are kept in L2 (ThreadRing::fetch's kKeep); a 16-bit
-  /// table's take the default policy, because ptxas (CUDA 13.0) compiles the hinted copy in their
-  /// neox ring kernels to a form (a uniform-register offset beside the descriptor, in registers
-  /// the kernel does not write) that failed on sm_90 with an illegal instruction
-  /// (tests/cpp/sass_check.sh looks for that form in the library).
+  /// `stage`, through L1. An f32 table's rows are kept in L2 (ThreadRing::fetch's kKeep) unless
+  /// kStreamed (tables gathered per token: each row is read once a call); a 16-bit table's take
+  /// the default policy, because ptxas (CUDA 13.0) compiles the hinted copy in their neox ring
+  /// kernels to a form (a uniform-register offset beside the descriptor, in registers the kernel
+  /// does not write) that failed on sm_90 with an illegal instruction (tests/cpp/sass_check.sh
+  /// looks for that form in the library).
+  template <bool kStreamed = false>
   __device__ __forceinline__ static void fetch_cos_sin(const Ring& rg, int stage, const C* co,
                                                        const C* so) {
-    constexpr bool kKeep = sizeof(C) == 4;
+    constexpr bool kKeep = sizeof(C) == 4 && !kStreamed;
     rg.template fetch<16 * kCsChunks, true, kKeep>(stage, kCos, co);
     rg.template fetch<16 * kCsChunks, true, kKeep>(stage, kSin, so);
   }
@@ -328,7 +339,7 @@ __device__ __forceinline__ void rope_lean_run(const RopeKernelArgs& a, uint4* ri
     rg.template fetch<kVecBytes, kDataViaL1>(stage, R::kVecChunks, x + (fb - fa));
     const C *co, *so;
     w.cs_at(fet, p, co, so);
-    R::fetch_cos_sin(rg, stage, co, so);
+    R::template fetch_cos_sin<Spec::kTokenRows>(rg, stage, co, so);
   };
 #pragma unroll
   for (int k = 0; k < S - 1; ++k) {

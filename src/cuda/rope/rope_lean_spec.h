@@ -20,11 +20,13 @@ enum class LeanPositions : int { kAny = 0, kInt64 = 1, kInt32 = 2 };
 /// kMaxThreads: the launch bound (threads per block at most; it sets the register budget).
 /// Lean runs only: kFlat: every operand's token t at t times its token stride and the tables
 /// within 32-bit rows (rope_flat_tokens, core::flat_tokens: 32-bit token index, table rows and
-/// byte strides; needs int64 positions and cos/sin rows); kFullWarps:
-/// every warp of the block full and no thread row exiting (core::lean_run_full_warps).
+/// byte strides; needs int64 positions and cos/sin rows by position, or kTokenRows); kFullWarps:
+/// every warp of the block full and no thread row exiting (core::lean_run_full_warps);
+/// kTokenRows (with kFlat): cos/sin gathered per token (Hugging Face's position_embeddings),
+/// token t's rows at t times the tables' token strides, no position read.
 template <int kLanes_, LeanPositions kPos_, bool kRows_, bool kWeightsAsData_,
           int kMaxThreads_ = core::kRopeLeanMaxThreads, bool kFlat_ = false,
-          bool kFullWarps_ = false>
+          bool kFullWarps_ = false, bool kTokenRows_ = false>
 struct LeanSpec {
   static constexpr int kLanes = kLanes_;
   static constexpr LeanPositions kPos = kPos_;
@@ -33,8 +35,11 @@ struct LeanSpec {
   static constexpr int kMaxThreads = kMaxThreads_;
   static constexpr bool kFlat = kFlat_;
   static constexpr bool kFullWarps = kFullWarps_;
-  static_assert(!kFlat || (kPos == LeanPositions::kInt64 && kRows),
-                "a flat walk reads int64 positions and cos/sin rows by position");
+  static constexpr bool kTokenRows = kTokenRows_;
+  static_assert(!kFlat || (kPos == LeanPositions::kInt64 && kRows) || (kTokenRows && !kRows),
+                "a flat walk reads int64 positions and cos/sin rows by position, or rows by "
+                "token");
+  static_assert(!kTokenRows || kFlat, "rows by token are the flat walk's");
 };
 
 /// Every fact read at run time.
@@ -62,5 +67,16 @@ using LeanFlatI64 =
 /// explicit positions, flat tokens (any lanes per head, any warps).
 using LeanRowsFlatI64 =
     LeanSpec<0, LeanPositions::kInt64, true, false, core::kRopeLeanMaxThreads, true, false>;
+
+/// RoPE lean run, core::RopeLeanRunInstance::kTokensFlat: cos/sin gathered per token, flat
+/// tokens (the tables' too; any lanes per head, any warps).
+using LeanTokensFlat =
+    LeanSpec<0, LeanPositions::kAny, false, false, core::kRopeLeanMaxThreads, true, false, true>;
+
+/// QK-norm + RoPE lean run, core::QkLeanRunInstance::kFlatTokens: kLanes lanes per head, cos/sin
+/// gathered per token, flat tokens (the tables' too) and full warps.
+template <int kLanes>
+using LeanFlatTokens = LeanSpec<kLanes, LeanPositions::kAny, false, false,
+                                core::kRopeLeanMaxThreads, true, true, true>;
 
 }  // namespace ropenorm::cuda

@@ -6,8 +6,8 @@
 // the looping kernel and the single-round kernel at two register budgets (plan.long_run), and
 // for 16-bit types the lean kernel per style and cos/sin table dtype (plan.lean), for cos/sin
 // rows indexed by position (LeanRows) and for gathered ones (LeanAny), and the lean-run kernel
-// per style and table dtype for rows indexed by position (plan.lean_run; LeanRowsFlatI64 or
-// LeanRows as core::rope_lean_run_instance picks).
+// per style and table dtype (plan.lean_run; LeanRowsFlatI64, LeanRows or, for gathered tables,
+// LeanTokensFlat or LeanAny as core::rope_lean_run_instance picks).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -59,11 +59,19 @@ Status launch_rope_typed(const RopeKernelArgs& a, const core::RopePlan& plan, cu
             using C = typename decltype(c)::type;
             constexpr bool G = decltype(gptj)::value;
             if (plan.lean_run) {
-              return core::rope_lean_run_instance(rope_explicit_position_bits(a),
-                                                  rope_flat_tokens(a, sizeof(T))) ==
-                             core::RopeLeanRunInstance::kRowsFlatI64
-                         ? rope_lean_run_kernel<T, C, G, LeanRowsFlatI64>
-                         : rope_lean_run_kernel<T, C, G, LeanRows>;
+              switch (core::rope_lean_run_instance(rope_rows_by_position(a),
+                                                   rope_explicit_position_bits(a),
+                                                   rope_flat_tokens(a, sizeof(T)))) {
+                case core::RopeLeanRunInstance::kRowsFlatI64:
+                  return rope_lean_run_kernel<T, C, G, LeanRowsFlatI64>;
+                case core::RopeLeanRunInstance::kAny:
+                  return rope_lean_run_kernel<T, C, G, LeanAny>;
+                case core::RopeLeanRunInstance::kTokensFlat:
+                  return rope_lean_run_kernel<T, C, G, LeanTokensFlat>;
+                case core::RopeLeanRunInstance::kRows:
+                  break;
+              }
+              return rope_lean_run_kernel<T, C, G, LeanRows>;
             }
             return rope_rows_by_position(a) ? rope_lean_kernel<T, C, G, LeanRows>
                                             : rope_lean_kernel<T, C, G, LeanAny>;
