@@ -88,7 +88,7 @@ bool rope_lean_long_run_block(const RopeLeanFacts& f) {
 }
 
 int64_t rope_lean_max_tokens(const RopeLeanFacts& f) {
-  return f.cos_sin_rows && rope_lean_long_run_block(f) ? INT64_MAX : kRopeLeanMaxTokens;
+  return rope_lean_long_run_block(f) ? INT64_MAX : kRopeLeanMaxTokens;
 }
 
 RopePlan plan_rope_lean(const RopeLeanFacts& f, int sm_count) {
@@ -143,8 +143,9 @@ bool lean_run_shape(const RopeLeanFacts& f, int64_t min_tokens) {
 }
 
 bool rope_lean_run(const RopeLeanFacts& f) {
-  const int64_t min_tokens =
-      rope_lean_long_run_block(f) ? kRopeLeanRunMinTokens : kRopeLeanRunShortMinTokens;
+  const int64_t min_tokens = rope_lean_long_run_block(f) && f.cos_sin_rows
+                                 ? kRopeLeanRunMinTokens
+                                 : kRopeLeanRunShortMinTokens;
   return lean_run_shape(f, min_tokens);
 }
 

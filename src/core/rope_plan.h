@@ -130,8 +130,10 @@ constexpr int64_t kRopeLeanLongRunThreads = 512;
 /// kRopeLeanLongRunThreads.
 bool rope_lean_long_run_block(const RopeLeanFacts& f);
 
-/// The token bound rope_lean takes for a RoPE call: unbounded (INT64_MAX) for cos/sin rows
-/// indexed by position and a block rope_lean_long_run_block accepts, else kRopeLeanMaxTokens.
+/// The token bound rope_lean takes for a RoPE call: unbounded (INT64_MAX) for a block
+/// rope_lean_long_run_block accepts, else kRopeLeanMaxTokens. (Loaded cos/sin of either kind:
+/// on Hugging Face's gathered tables the lean kernel ran 5.38-5.60 us at T = 256 against the
+/// general kernel's 6.11-6.46, rope-gathered-806c9ed-nvidia-h100.log.)
 int64_t rope_lean_max_tokens(const RopeLeanFacts& f);
 
 /// Stages of a lean-run thread's cp.async ring (cuda/rope/rope_lean_run.cuh): token t + 1 in
@@ -205,7 +207,12 @@ RopePlan plan_rope_lean_run(const RopeLeanFacts& f, int max_threads, int min_blo
 /// positions, bench/experiments/rope_lean_run.cu).
 constexpr int64_t kRopeLeanRunMinTokens = 4096;
 /// Fewest tokens of a RoPE lean run for a call whose lean block rope_lean_long_run_block rejects
-/// (the lean kernel then serves at most kRopeLeanMaxTokens tokens, the general kernel the rest):
+/// (the lean kernel then serves at most kRopeLeanMaxTokens tokens, the general kernel the rest),
+/// and for Hugging Face's tables gathered per token (H100, bf16 D 128, 32 + 8 heads, one
+/// sequence, [1, S, R] broadcast over 4 and [4, S, R] per token, both styles,
+/// rope-gathered-806c9ed-nvidia-h100.log: at T = 1024 the lean run 9.25-10.43 us against the lean
+/// kernel's 10.27-10.50 in five of six cases, 0.13 us behind in the sixth; at 2048 14.46-15.20
+/// against 15.42-15.90 in all six). For rows by position:
 /// the same experiment at 87cc491, D 256 with 32 + 8 heads (16 lanes x 40 rows), 13.47 us
 /// against the general kernel's 15.49 at T = 1024 and 23.17 against 29.25 at 2048. (Where the
 /// lean kernel serves, it stays up to kRopeLeanRunMinTokens: the lean run gains little for D 128
@@ -226,7 +233,8 @@ constexpr int64_t kRopeLeanRunMaxGrid = 4096;
 bool lean_run_shape(const RopeLeanFacts& f, int64_t min_tokens);
 
 /// The RoPE launcher's lean run serves the call: lean_run_shape with kRopeLeanRunMinTokens
-/// (kRopeLeanRunShortMinTokens for blocks rope_lean_long_run_block rejects), for any loaded
+/// (kRopeLeanRunShortMinTokens for blocks rope_lean_long_run_block rejects and for tables
+/// gathered per token), for any loaded
 /// cos/sin: rows indexed by position (a cache or a [P, R] table) or Hugging Face's tables
 /// gathered per token (rope_lean_run_instance's kAny).
 bool rope_lean_run(const RopeLeanFacts& f);

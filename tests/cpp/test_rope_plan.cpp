@@ -204,11 +204,11 @@ TEST(CpuRopePlan, LeanRuleForShortRunsOnly) {
   EXPECT_FALSE(rope_lean(f, INT64_MAX));
 }
 
-// The token bound of the RoPE launcher: every run for cos/sin rows indexed by position and
-// blocks of up to kRopeLeanLongRunThreads threads, else the short-run bound.
+// The token bound of the RoPE launcher: every run for blocks of up to kRopeLeanLongRunThreads
+// threads (cos/sin rows by position or gathered per token), else the short-run bound.
 TEST(CpuRopePlan, LeanTokenBound) {
-  RopeLeanFacts f = lean_facts(65536, 40, 64, 128);        // 8 lanes x 40 heads = 320 threads
-  EXPECT_EQ(rope_lean_max_tokens(f), kRopeLeanMaxTokens);  // gathered rows
+  RopeLeanFacts f = lean_facts(65536, 40, 64, 128);  // 8 lanes x 40 heads = 320 threads
+  EXPECT_EQ(rope_lean_max_tokens(f), INT64_MAX);     // gathered rows
   f.cos_sin_rows = true;
   EXPECT_EQ(rope_lean_max_tokens(f), INT64_MAX);
   EXPECT_TRUE(rope_lean(f, rope_lean_max_tokens(f)));
@@ -220,6 +220,8 @@ TEST(CpuRopePlan, LeanTokenBound) {
   EXPECT_FALSE(rope_lean(f, rope_lean_max_tokens(f)));
   f.tokens = kRopeLeanMaxTokens;
   EXPECT_TRUE(rope_lean(f, rope_lean_max_tokens(f)));
+  f.cos_sin_rows = false;  // gathered rows: the same bound
+  EXPECT_EQ(rope_lean_max_tokens(f), kRopeLeanMaxTokens);
 }
 
 TEST(CpuRopePlan, LeanLaunchShape) {
@@ -325,14 +327,14 @@ TEST(CpuRopePlan, LeanHeadSplit) {
   }
 }
 
-// The RoPE lean run: any loaded cos/sin (rows by position, or gathered per token), 8 or 16
-// lanes, from kRopeLeanRunMinTokens tokens.
+// The RoPE lean run: any loaded cos/sin, 8 or 16 lanes, from kRopeLeanRunMinTokens tokens for
+// rows by position and from kRopeLeanRunShortMinTokens for tables gathered per token.
 TEST(CpuRopePlan, LeanRunRule) {
-  RopeLeanFacts f = lean_facts(kRopeLeanRunMinTokens, 40, 64, 128);
+  RopeLeanFacts f = lean_facts(kRopeLeanRunShortMinTokens, 40, 64, 128);
   EXPECT_TRUE(rope_lean_run(f));  // gathered rows
   f.tokens -= 1;
   EXPECT_FALSE(rope_lean_run(f));
-  f.tokens += 1;
+  f.tokens = kRopeLeanRunMinTokens;
   f.cos_sin_loaded = false;  // computed from inv_freq: no lean shape
   EXPECT_FALSE(rope_lean_run(f));
   f.cos_sin_loaded = true;
@@ -535,16 +537,22 @@ TEST(CpuRopePlan, CallPlan) {
   f.tokens -= 1;
   p = plan_rope_call(f, true, 132);
   EXPECT_FALSE(p.lean_run || p.lean);
-  // Gathered rows: the lean kernel up to kRopeLeanMaxTokens, the general kernel up to the lean
-  // run, the lean run on long runs.
+  // Gathered rows (D 128, 32 + 8 heads): the lean kernel up to the lean run, which starts at
+  // kRopeLeanRunShortMinTokens; D 256 (640 threads): the general kernel between them.
   f = lean_facts(65536, 40, 64, 128);
   EXPECT_TRUE(plan_rope_call(f, true, 132).lean_run);
-  f.tokens = kRopeLeanRunMinTokens - 1;
+  f.tokens = kRopeLeanRunShortMinTokens;
+  EXPECT_TRUE(plan_rope_call(f, true, 132).lean_run);
+  f.tokens -= 1;
+  p = plan_rope_call(f, true, 132);
+  EXPECT_TRUE(p.lean);
+  EXPECT_FALSE(p.lean_run);
+  f.tokens = kRopeLeanMaxTokens + 1;
+  EXPECT_TRUE(plan_rope_call(f, true, 132).lean);
+  f = lean_facts(kRopeLeanRunShortMinTokens - 1, 40, 128, 256);
   p = plan_rope_call(f, true, 132);
   EXPECT_FALSE(p.lean_run || p.lean);
   EXPECT_EQ(p.vec, 8);
-  f.tokens = kRopeLeanMaxTokens;
-  EXPECT_TRUE(plan_rope_call(f, true, 132).lean);
 }
 
 }  // namespace
