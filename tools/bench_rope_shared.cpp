@@ -60,8 +60,8 @@ RopeCase gathered_rope_case(const RopeCase& c) {
 RopeCosSin rope_case_gathered(const RopeCase& g, const DeviceBuffer& cos, const DeviceBuffer& sin) {
   RopeCosSin cs;
   cs.kind = CosSinKind::kHfCosSinGathered;
-  cs.cos = TensorRef::contiguous(cos.get(), g.cs_dtype, {g.tokens(), g.rot()}, Device::cuda(0));
-  cs.sin = TensorRef::contiguous(sin.get(), g.cs_dtype, {g.tokens(), g.rot()}, Device::cuda(0));
+  cs.cos = verify::gathered_table_view(g, cos.get());
+  cs.sin = verify::gathered_table_view(g, sin.get());
   return cs;
 }
 

@@ -234,9 +234,9 @@ bool lean_run_shape(const RopeLeanFacts& f, int64_t min_tokens);
 
 /// The RoPE launcher's lean run serves the call: lean_run_shape with kRopeLeanRunMinTokens
 /// (kRopeLeanRunShortMinTokens for blocks rope_lean_long_run_block rejects and for tables
-/// gathered per token), for any loaded
-/// cos/sin: rows indexed by position (a cache or a [P, R] table) or Hugging Face's tables
-/// gathered per token (rope_lean_run_instance's kAny).
+/// gathered per token), for any loaded cos/sin: rows indexed by position (a cache or a [P, R]
+/// table) or Hugging Face's tables gathered per token (rope_lean_run_instance's kAny and
+/// kTokensFlat).
 bool rope_lean_run(const RopeLeanFacts& f);
 
 /// One operand's token strides in elements (token (b, s) at b * sb + s * ss) and its element

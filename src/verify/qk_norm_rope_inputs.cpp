@@ -72,14 +72,9 @@ QkNormRopeDeviceInputs upload_qk_norm_rope_inputs(const RopeCase& c, const RopeI
             TensorRef(dev.cos_buf.get(), c.cs_dtype, {c.table_rows, r}, {r, 1}, Device::cuda(0));
         cs.sin =
             TensorRef(dev.sin_buf.get(), c.cs_dtype, {c.table_rows, r}, {r, 1}, Device::cuda(0));
-      } else if (c.gathered_rows() == c.tokens()) {
-        cs.cos = per_token(dev.cos_buf.get(), c.cs_dtype, r);
-        cs.sin = per_token(dev.sin_buf.get(), c.cs_dtype, r);
-      } else {  // one [S, R] table broadcast over B
-        cs.cos = TensorRef(dev.cos_buf.get(), c.cs_dtype, {c.batch, c.seq, r}, {0, r, 1},
-                           Device::cuda(0));
-        cs.sin = TensorRef(dev.sin_buf.get(), c.cs_dtype, {c.batch, c.seq, r}, {0, r, 1},
-                           Device::cuda(0));
+      } else {
+        cs.cos = gathered_table_view(c, dev.cos_buf.get());
+        cs.sin = gathered_table_view(c, dev.sin_buf.get());
       }
       break;
     }

@@ -90,6 +90,15 @@ HostTensor build_cache(const RopeCase& c, const std::set<int64_t>& rows) {
 
 }  // namespace
 
+TensorRef gathered_table_view(const RopeCase& c, void* p) {
+  const int64_t r = c.rot();
+  if (c.batch > 0) {
+    const int64_t sb = c.gathered_broadcast ? 0 : c.seq * r;
+    return TensorRef(p, c.cs_dtype, {c.batch, c.seq, r}, {sb, r, 1}, Device::cuda(0));
+  }
+  return TensorRef(p, c.cs_dtype, {c.tokens(), r}, {r, 1}, Device::cuda(0));
+}
+
 std::string describe(const RopeCase& c) {
   std::ostringstream os;
   os << "rope " << dtype_name(c.dtype);
@@ -278,13 +287,9 @@ RopeOutcome run_case(const RopeCase& c, const RopeInputs& in) {
       if (c.source == CosSinKind::kHfCosSin) {
         cs.cos = TensorRef(cp, c.cs_dtype, {c.table_rows, r}, {r, 1}, Device::cuda(0));
         cs.sin = TensorRef(sp, c.cs_dtype, {c.table_rows, r}, {r, 1}, Device::cuda(0));
-      } else if (c.batch > 0) {
-        const int64_t sb = c.gathered_broadcast ? 0 : c.seq * r;  // B > 0 here
-        cs.cos = TensorRef(cp, c.cs_dtype, {c.batch, c.seq, r}, {sb, r, 1}, Device::cuda(0));
-        cs.sin = TensorRef(sp, c.cs_dtype, {c.batch, c.seq, r}, {sb, r, 1}, Device::cuda(0));
       } else {
-        cs.cos = TensorRef(cp, c.cs_dtype, {t, r}, {r, 1}, Device::cuda(0));
-        cs.sin = TensorRef(sp, c.cs_dtype, {t, r}, {r, 1}, Device::cuda(0));
+        cs.cos = gathered_table_view(c, cp);
+        cs.sin = gathered_table_view(c, sp);
       }
       break;
     }

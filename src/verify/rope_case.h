@@ -84,6 +84,10 @@ struct RopeInputs {
   std::vector<float> inv_freq;  ///< [R / 2] (kInvFreq)
 };
 
+/// The device view of a gathered case's cos or sin table at p (c.cs_dtype, R = c.rot()): [B, S, R]
+/// for B > 0 (batch stride 0 when c.gathered_broadcast), else [T, R].
+TensorRef gathered_table_view(const RopeCase& c, void* p);
+
 /// Largest error of a set of elements, in output ulps, after the source's fp32 allowance.
 /// Error statistics of one output against the oracle (the shared measure of the tolerance table).
 using RopeErrorStats = ref::ErrorStats;
