@@ -14,7 +14,10 @@
 //    programmatic dependent launch after the L2 flush, as the library launches it. Per run the
 //    times are taken from the first block released by its wait; the medians over the runs of
 //    each statistic are printed, and the SMs most often among a run's ten latest to finish (a
-//    slow SM that stays slow from run to run would show there).
+//    slow SM that stays slow from run to run would show there). Within each SM: the spread
+//    between its blocks' last rows, and how often its earliest block is its lowest-numbered one
+//    (the first placed there: whether the SM favours a block); for the last row count given,
+//    the last run's blocks per SM with their last rows.
 // 2. In-kernel column sum. The same instance with a probe whose after_partials waits at a grid
 //    barrier (cooperative launch: the persistent grid is resident by construction; the probe
 //    records when each block leaves the barrier) and then sums
@@ -288,10 +291,15 @@ double quantile(std::vector<double> v, double q) {
   return v[static_cast<size_t>(q * static_cast<double>(v.size() - 1) + 0.5)];
 }
 
-/// The run's statistics; `late` receives the SMs of the 10 latest-finishing (kStored) SMs.
+/// Per SM: its blocks (blockIdx, us of the last row), in blockIdx order.
+using SmBlocks = std::map<unsigned, std::vector<std::pair<int64_t, double>>>;
+
+/// The run's statistics; `late` receives the SMs of the 10 latest-finishing (kStored) SMs, and
+/// `per_sm_detail` (where given) each SM's blocks and their last rows.
 Timeline summarise(const std::vector<unsigned long long>& marks,
                    const std::vector<unsigned long long>& clocks, const std::vector<unsigned>& sm,
-                   int64_t grid, bool summed, std::vector<unsigned>* late) {
+                   int64_t grid, bool summed, std::vector<unsigned>* late,
+                   SmBlocks* per_sm_detail) {
   auto at = [&](int64_t b, int slot) { return static_cast<double>(marks[b * kMarks + slot]); };
   auto cyc = [&](int64_t b, int from, int to) {
     return static_cast<double>(clocks[b * kMarks + to] - clocks[b * kMarks + from]) / 1e3;
@@ -334,6 +342,26 @@ Timeline summarise(const std::vector<unsigned long long>& marks,
     per_sm.push_back(kv.second);
     by_done.push_back({kv.second, kv.first});
   }
+  // Within each SM: its blocks' last rows (in blockIdx order), the spread between its earliest
+  // and latest, and whether its earliest is its lowest-numbered block (the first placed there).
+  std::map<unsigned, std::vector<std::pair<int64_t, double>>> sm_blocks;
+  for (int64_t b = 0; b < grid; ++b) sm_blocks[sm[b]].push_back({b, rel(b, kR)});
+  std::vector<double> sm_spread, sm_first, sm_last;
+  int lowest_first = 0, multi = 0;
+  for (const auto& kv : sm_blocks) {
+    const auto& v = kv.second;
+    if (v.size() < 2) continue;
+    ++multi;
+    auto early = std::min_element(v.begin(), v.end(),
+                                  [](const auto& l, const auto& r) { return l.second < r.second; });
+    auto late_b = std::max_element(
+        v.begin(), v.end(), [](const auto& l, const auto& r) { return l.second < r.second; });
+    sm_spread.push_back(late_b->second - early->second);
+    sm_first.push_back(early->second);
+    sm_last.push_back(late_b->second);
+    if (early == v.begin()) ++lowest_first;
+  }
+  if (per_sm_detail != nullptr) *per_sm_detail = sm_blocks;
   std::sort(by_done.rbegin(), by_done.rend());
   late->clear();
   for (size_t i = 0; i < by_done.size() && i < 10; ++i) late->push_back(by_done[i].second);
@@ -361,6 +389,13 @@ Timeline summarise(const std::vector<unsigned long long>& marks,
       {"store kcyc med", quantile(c_store, 0.5)},
       {"resolution ns", resolution},
   };
+  if (multi > 0) {
+    t.push_back({"in-SM spread med", quantile(sm_spread, 0.5)});
+    t.push_back({"in-SM spread max", quantile(sm_spread, 1)});
+    t.push_back({"SM earliest block med", quantile(sm_first, 0.5)});
+    t.push_back({"SM latest block med", quantile(sm_last, 0.5)});
+    t.push_back({"SMs whose lowest block is earliest %", 100.0 * lowest_first / multi});
+  }
   if (summed) {
     t.push_back({"barrier min", quantile(barrier, 0)});
     t.push_back({"barrier max", quantile(barrier, 1)});
@@ -395,11 +430,12 @@ void print_timelines(const char* name, const std::vector<Timeline>& runs,
 void timelines(const char* name, Kernel k, const kern::RmsNormBwdKernelArgs& a,
                const core::RmsNormBwdPlan& p, int64_t grid, Launch how,
                unsigned long long* marks_dev, unsigned long long* clocks_dev, unsigned* sm_dev,
-               int runs) {
+               int runs, bool detail = false) {
   std::vector<Timeline> out;
   std::map<unsigned, int> late_count;
   std::vector<unsigned long long> marks(static_cast<size_t>(grid) * kMarks), clocks(marks.size());
   std::vector<unsigned> sm(static_cast<size_t>(grid)), late;
+  SmBlocks blocks;
   for (int i = 0; i < runs + 2; ++i) {
     CK(cudaMemset(marks_dev, 0, marks.size() * sizeof(marks[0])));
     flush();
@@ -409,10 +445,22 @@ void timelines(const char* name, Kernel k, const kern::RmsNormBwdKernelArgs& a,
     CK(cudaMemcpy(marks.data(), marks_dev, marks.size() * 8, cudaMemcpyDeviceToHost));
     CK(cudaMemcpy(clocks.data(), clocks_dev, clocks.size() * 8, cudaMemcpyDeviceToHost));
     CK(cudaMemcpy(sm.data(), sm_dev, sm.size() * sizeof(unsigned), cudaMemcpyDeviceToHost));
-    out.push_back(summarise(marks, clocks, sm, grid, how != Launch::kPdl, &late));
+    const bool last = i == runs + 1;
+    out.push_back(
+        summarise(marks, clocks, sm, grid, how != Launch::kPdl, &late, last ? &blocks : nullptr));
     for (unsigned s : late) ++late_count[s];
   }
   print_timelines(name, out, late_count);
+  if (detail) {
+    std::printf("    the last run per SM (block: us of its last row):\n");
+    for (const auto& kv : blocks) {
+      std::printf("     SM %3u:", kv.first);
+      for (const auto& bt : kv.second) {
+        std::printf(" %lld: %.1f", static_cast<long long>(bt.first), bt.second);
+      }
+      std::printf("\n");
+    }
+  }
 }
 
 }  // namespace
@@ -578,7 +626,7 @@ int main(int argc, char** argv) {
     std::printf("  pattern kernel: %.2f us on the library's grid, %.2f on one block per row\n",
                 t_pat, t_pat_rows);
     timelines("timeline instance (PDL after the flush)", kTimeline, a, p, grid, Launch::kPdl,
-              marks_dev, clocks_dev, sm_dev, 15);
+              marks_dev, clocks_dev, sm_dev, 15, m == ms.back());
     if (coop_fits) {
       timelines("in-kernel sum (cooperative)", kCoop, a, p, grid, Launch::kCoop, marks_dev,
                 clocks_dev, sm_dev, 15);
