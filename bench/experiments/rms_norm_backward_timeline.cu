@@ -33,10 +33,12 @@
 //    blocks' finish times as the row kernel does.
 //
 // Timed (cold-L2 CUDA-event medians): the public call; the library's instance alone and with the
-// library's column sum (both launched with PDL); the timeline instance alone (the probe's cost);
-// the cooperative instance with its in-kernel sum. Checked on poisoned outputs: every variant's
-// dx bit for bit against the public call's, the cooperative dw against the public call's (values
-// differing, largest difference over max |dw|) and against its own second run (bit for bit).
+// library's column sum (both launched with PDL), and with the column sum over only one partial
+// row per SM (timing only: what the sum would cost if an SM's blocks handed in one row); the
+// timeline instance alone (the probe's cost); the cooperative instance with its in-kernel sum.
+// Checked on poisoned outputs: every variant's dx bit for bit against the public call's, the
+// cooperative dw against the public call's (values differing, largest difference over max |dw|) and
+// against its own second run (bit for bit).
 //
 // Not part of the build:
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90,code=sm_90 -Iinclude -Isrc -Ibench/experiments \
@@ -527,9 +529,9 @@ int main(int argc, char** argv) {
                               rows(b.dx, DType::kBFloat16, m, kN), sh.dw, sh.ws, bp),
             "backward");
     };
-    auto with_sum = [&](Kernel k) {
+    auto with_sum = [&](Kernel k, int64_t parts) {
       launch(k, a, p, grid, Launch::kPdl);
-      check(kern::launch_column_sum("timeline", a.partials, grid, kN, DType::kBFloat16, b.dw,
+      check(kern::launch_column_sum("timeline", a.partials, parts, kN, DType::kBFloat16, b.dw,
                                     nullptr),
             "column sum");
     };
@@ -549,7 +551,7 @@ int main(int argc, char** argv) {
     };
     auto dx_of = [&](auto&& run) { return dx_of_vs(dx_ref, run); };
     CK(cudaMemset(b.dw, 0xff, kN * 2));  // so the library instance's dw is its own
-    const size_t d_lib = dx_of([&] { with_sum(kLibrary); });
+    const size_t d_lib = dx_of([&] { with_sum(kLibrary, grid); });
     const std::vector<uint16_t> dw_lib = device_values(b.dw, kN);
     const size_t d_tl = dx_of([&] { launch(kTimeline, a, p, grid, Launch::kPdl); });
     const bool coop_fits = r_co * int64_t{sms} >= grid && kN % 8 == 0;
@@ -597,7 +599,10 @@ int main(int argc, char** argv) {
         d_pat, d_pat_rows);
     const float t_pub = time_med(pub, true);
     const float t_lib = time_med([&] { launch(kLibrary, a, p, grid, Launch::kPdl); }, true);
-    const float t_sum = time_med([&] { with_sum(kLibrary); }, true);
+    const float t_sum = time_med([&] { with_sum(kLibrary, grid); }, true);
+    // The column sum over one partial row per SM (timing only: dw is not the call's): what the
+    // sum would cost if an SM's blocks handed in one partial row between them.
+    const float t_sum_sm = time_med([&] { with_sum(kLibrary, sms); }, true);
     const float t_tl = time_med([&] { launch(kTimeline, a, p, grid, Launch::kPdl); }, true);
     const float t_co =
         coop_fits ? time_med([&] { launch(kCoop, a, p, grid, Launch::kCoop); }, true) : 0.f;
@@ -614,8 +619,9 @@ int main(int argc, char** argv) {
     }
     std::printf(
         "  cold-L2 medians: public %.2f us; library instance alone %.2f, with the column "
-        "sum %.2f; timeline instance %.2f; in-kernel sum %.2f (cooperative), ",
-        t_pub, t_lib, t_sum, t_tl, t_co);
+        "sum %.2f (over one partial row per SM: %.2f); timeline instance %.2f; in-kernel sum "
+        "%.2f (cooperative), ",
+        t_pub, t_lib, t_sum, t_sum_sm, t_tl, t_co);
     if (cp_err == cudaSuccess) {
       std::printf("%.2f (cooperative + PDL)\n", t_cp);
     } else {
