@@ -32,6 +32,13 @@
 //    recorded the same way: whether a kernel that does nothing but move the rows spreads its
 //    blocks' finish times as the row kernel does.
 //
+// 4. Splits by wave (WaveSplitProbe): the blocks an SM holds are placed in waves (blockIdx /
+//    SMs), and an SM's earlier-placed blocks were seen to finish their rows first. Each SM
+//    slot's rows are cut into one run per wave by shares: even, and larger for the earlier
+//    waves. Checked (dx bit for bit against the public call's; dw against it, which sums other
+//    groupings of rows, and against a second run) and timed with the column sum beside the
+//    library's split, with their timelines.
+//
 // Timed (cold-L2 CUDA-event medians): the public call; the library's instance alone and with the
 // library's column sum (both launched with PDL), and with the column sum over only one partial
 // row per SM (timing only: what the sum would cost if an SM's blocks handed in one row); the
@@ -106,9 +113,31 @@ __device__ __forceinline__ void record(int slot) {
   }
 }
 
-struct TimelineProbe {
+struct TimelineProbe : kern::BwdNoProbe {
   __device__ __forceinline__ static void mark(BwdPoint p) { record(static_cast<int>(p)); }
-  __device__ __forceinline__ static void after_partials(const kern::RmsNormBwdKernelArgs&) {}
+};
+
+__device__ int g_waves;           // the wave split's waves (blocks per SM)
+__device__ float g_share_cut[4];  // wave w takes the share from g_share_cut[w] to [w + 1]
+
+/// Rows split by wave: the grid is g_waves waves of units / g_waves slots (a wave: the blocks
+/// placed on the SMs together, unit / slots); slot s's rows s, s + slots, ... are cut into
+/// g_waves runs, wave w taking those from index n * g_share_cut[w] (rounded down) to the next
+/// wave's start (n of them in all). Even shares balance the blocks' row counts as the library's
+/// split does; larger shares for the earlier waves hand their blocks more rows.
+struct WaveSplitProbe : TimelineProbe {
+  __device__ __forceinline__ static kern::BwdRowSpan rows(const kern::RmsNormBwdKernelArgs& a,
+                                                          int64_t unit, int64_t units) {
+    const int waves = g_waves;
+    const int64_t slots = units / waves;
+    const int64_t s = unit % slots;
+    const int w = static_cast<int>(unit / slots);
+    const int64_t n = s < a.m ? (a.m - s + slots - 1) / slots : 0;
+    const float fn = static_cast<float>(n);
+    const int64_t lo = static_cast<int64_t>(fn * g_share_cut[w]);
+    const int64_t hi = w + 1 == waves ? n : static_cast<int64_t>(fn * g_share_cut[w + 1]);
+    return {s + lo * slots, slots, s + hi * slots};
+  }
 };
 
 /// dw[c] = sum over the grid's partial rows, after a grid barrier (see the file comment).
@@ -231,6 +260,22 @@ const Kernel kTimeline = kern::rms_norm_bwd_rows_kernel<bf16, bf16, 8, kVpt, kSt
 const Kernel kPattern = rows_pattern_kernel<4>;
 const Kernel kCoop = kern::rms_norm_bwd_rows_kernel<bf16, bf16, 8, kVpt, kStages, false, false,
                                                     true, false, CoopSumProbe>;
+const Kernel kWaveSplit = kern::rms_norm_bwd_rows_kernel<bf16, bf16, 8, kVpt, kStages, false, false,
+                                                         true, false, WaveSplitProbe>;
+
+/// Shares of the three waves tried by the wave split (even first).
+const float kWaveShares[][3] = {{1.0f / 3, 1.0f / 3, 1.0f / 3},
+                                {0.340f, 1.0f / 3, 0.327f},
+                                {0.347f, 1.0f / 3, 0.320f},
+                                {0.354f, 1.0f / 3, 0.313f},
+                                {0.361f, 1.0f / 3, 0.306f}};
+
+void set_wave_shares(const float (&share)[3]) {
+  const int waves = 3;
+  const float cut[4] = {0.0f, share[0], share[0] + share[1], 1.0f};
+  CK(cudaMemcpyToSymbol(g_waves, &waves, sizeof(waves)));
+  CK(cudaMemcpyToSymbol(g_share_cut, cut, sizeof(cut)));
+}
 
 /// The library's plan for the plain bf16 call on rows of kN (the ring the instances above are).
 core::RmsNormBwdPlan library_plan() {
@@ -641,6 +686,62 @@ int main(int argc, char** argv) {
               clocks_dev, sm_dev, 15);
     timelines("pattern kernel, one block per row", kPattern, a, p, m, Launch::kPdl, marks_dev,
               clocks_dev, sm_dev, 15);
+
+    // 4. Splits by wave: each share set's dx against the public call's, its dw against the
+    // public call's and against its own second run, its time with the column sum (two rounds,
+    // each beside the library's instance with the column sum), and its timeline.
+    if (grid != int64_t{3} * sms) {
+      std::printf("  wave splits not run: the grid is not 3 blocks per SM\n");
+      continue;
+    }
+    double dw_abs_max = 0.0;
+    for (uint16_t v : dw_ref)
+      dw_abs_max = std::max(dw_abs_max, std::fabs(ref::bf16_bits_to_double(v)));
+    constexpr size_t kSplits = sizeof(kWaveShares) / sizeof(kWaveShares[0]);
+    for (size_t i = 0; i < kSplits; ++i) {
+      set_wave_shares(kWaveShares[i]);
+      CK(cudaMemset(b.dw, 0xff, kN * 2));
+      const size_t d_dx = dx_of([&] { with_sum(kWaveSplit, grid); });
+      const std::vector<uint16_t> dw_s = device_values(b.dw, kN);
+      CK(cudaMemset(b.dw, 0xff, kN * 2));
+      with_sum(kWaveSplit, grid);
+      CK(cudaDeviceSynchronize());
+      const size_t d_rerun = differing(dw_s, device_values(b.dw, kN));
+      double err = 0.0;
+      for (size_t c = 0; c < dw_ref.size(); ++c) {
+        err = std::max(err, std::fabs(ref::bf16_bits_to_double(dw_ref[c]) -
+                                      ref::bf16_bits_to_double(dw_s[c])));
+      }
+      std::printf(
+          "  wave split %.3f / %.3f / %.3f: dx values differing from the public call's %zu; dw "
+          "%zu differing (largest %.3g of max |dw| %.3g), %zu differing between two of its "
+          "runs\n",
+          kWaveShares[i][0], kWaveShares[i][1], kWaveShares[i][2], d_dx, differing(dw_ref, dw_s),
+          err / dw_abs_max, dw_abs_max, d_rerun);
+    }
+    std::vector<std::vector<float>> t_split(kSplits);
+    std::vector<float> t_base;
+    for (int round = 0; round < 2; ++round) {
+      t_base.push_back(time_med([&] { with_sum(kLibrary, grid); }, true, 31));
+      for (size_t i = 0; i < kSplits; ++i) {
+        set_wave_shares(kWaveShares[i]);
+        t_split[i].push_back(time_med([&] { with_sum(kWaveSplit, grid); }, true, 31));
+      }
+    }
+    std::printf("  cold-L2 medians with the column sum, two rounds: library split %.2f / %.2f us",
+                t_base[0], t_base[1]);
+    for (size_t i = 0; i < kSplits; ++i) {
+      std::printf("; wave split %.3f / %.3f / %.3f %.2f / %.2f", kWaveShares[i][0],
+                  kWaveShares[i][1], kWaveShares[i][2], t_split[i][0], t_split[i][1]);
+    }
+    std::printf("\n");
+    for (size_t i = 0; i < kSplits; ++i) {
+      set_wave_shares(kWaveShares[i]);
+      char name[96];
+      std::snprintf(name, sizeof(name), "wave split %.3f / %.3f / %.3f", kWaveShares[i][0],
+                    kWaveShares[i][1], kWaveShares[i][2]);
+      timelines(name, kWaveSplit, a, p, grid, Launch::kPdl, marks_dev, clocks_dev, sm_dev, 15);
+    }
   }
   return 0;
 }
