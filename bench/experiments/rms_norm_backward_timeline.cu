@@ -126,6 +126,7 @@ __device__ float g_share_cut[4];  // wave w takes the share from g_share_cut[w] 
 /// wave's start (n of them in all). Even shares balance the blocks' row counts as the library's
 /// split does; larger shares for the earlier waves hand their blocks more rows.
 struct WaveSplitProbe : TimelineProbe {
+  static constexpr bool kSplitsRows = true;
   __device__ __forceinline__ static kern::BwdRowSpan rows(const kern::RmsNormBwdKernelArgs& a,
                                                           int64_t unit, int64_t units) {
     const int waves = g_waves;

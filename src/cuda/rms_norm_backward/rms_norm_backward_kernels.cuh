@@ -123,12 +123,14 @@ struct BwdRowSpan {
 /// The ring kernel's probe: each thread calls mark(point) as it passes a BwdPoint (kFirstRow
 /// only with a row; kStored only on the block path with register partials) and, on that path in
 /// plain calls, after_partials(a) right after its share of the block's partial row is stored
-/// (no barrier: a probe that reads the row synchronises first); rows(a, unit, units) gives the
-/// rows unit `unit` of `units` visits. The library's probe does nothing beyond the library's
-/// split (unit u: rows u, u + units, ...) and compiles to nothing; experiments pass their own to
-/// record a block's timeline, to add work after the partial rows, or to split the rows another
-/// way (dw's partial rows then sum other rows, so its bits may differ; dx's never do).
+/// (no barrier: a probe that reads the row synchronises first); where kSplitsRows,
+/// rows(a, unit, units) gives the rows unit `unit` of `units` visits. The library's probe does
+/// nothing beyond the library's split (unit u: rows u, u + units, ...) and compiles to nothing;
+/// experiments pass their own to record a block's timeline, to add work after the partial rows, or
+/// to split the rows another way (dw's partial rows then sum other rows, so its bits may differ;
+/// dx's never do).
 struct BwdNoProbe {
+  static constexpr bool kSplitsRows = false;  // true: rows() replaces the library's split
   __device__ __forceinline__ static void mark(BwdPoint) {}
   __device__ __forceinline__ static void after_partials(const RmsNormBwdKernelArgs&) {}
   __device__ __forceinline__ static BwdRowSpan rows(const RmsNormBwdKernelArgs& a, int64_t unit,
@@ -543,10 +545,20 @@ __global__ void __launch_bounds__(core::kBwdMaxThreads, VPT <= 2 ? 2 : 1)
   ring.ds = ring.x + x_region;
   ring.rstd = rstd_base + slice * S * nthreads;
 
-  const BwdRowSpan span = Probe::rows(
-      a, kWarp ? static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y : blockIdx.x,
-      kWarp ? static_cast<int64_t>(gridDim.x) * blockDim.y : gridDim.x);
-  const int64_t step = span.step, first_row = span.first, row_end = span.end;
+  const int64_t units = kWarp ? static_cast<int64_t>(gridDim.x) * blockDim.y : gridDim.x;
+  const int64_t unit =
+      kWarp ? static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y : blockIdx.x;
+  BwdRowSpan span{unit, units, 0};
+  if constexpr (Probe::kSplitsRows) span = Probe::rows(a, unit, units);
+  const int64_t step = span.step, first_row = span.first;
+  // Whether row r is one of this unit's (below a.m itself where the library splits the rows).
+  auto in_span = [&](int64_t r) {
+    if constexpr (Probe::kSplitsRows) {
+      return r < span.end;
+    } else {
+      return r < a.m;
+    }
+  };
   const int flat = threadIdx.y * blockDim.x + threadIdx.x;
   const int block_threads = blockDim.x * blockDim.y;
   float acc[VPT][V];
@@ -565,7 +577,7 @@ __global__ void __launch_bounds__(core::kBwdMaxThreads, VPT <= 2 ? 2 : 1)
 #pragma unroll
   for (int s = 0; s < S - 1; ++s) {
     const int64_t r = first_row + s * step;
-    if (r < row_end) bwd_issue_row<Tin, Tdy, V, VPT, S, kPlain, kDsDirect>(a, r, s, ring, edge[s]);
+    if (in_span(r)) bwd_issue_row<Tin, Tdy, V, VPT, S, kPlain, kDsDirect>(a, r, s, ring, edge[s]);
     cp_async_commit();
   }
   // Weight factors. Uniform phase: a thread's columns are those of the block's first row in
@@ -574,7 +586,7 @@ __global__ void __launch_bounds__(core::kBwdMaxThreads, VPT <= 2 ? 2 : 1)
   float wf_e = 1.0f;
   if constexpr (!kSmemAcc) {
     if (has_w) {
-      const int p = bwd_row_phase<Tin, Tdy, V>(a, first_row < row_end ? first_row : 0);
+      const int p = bwd_row_phase<Tin, Tdy, V>(a, in_span(first_row) ? first_row : 0);
       wf_e = bwd_stage_own_weights<V, VPT>(a, w_own, p, ring.tid, nthreads);
     }
   }
@@ -591,10 +603,10 @@ __global__ void __launch_bounds__(core::kBwdMaxThreads, VPT <= 2 ? 2 : 1)
   // aligned rows have none; the rstd goes through the ring so that nothing else has to wait).
   int64_t row = first_row;
 #pragma unroll 1
-  for (int it = 0; row < row_end; ++it) {
+  for (int it = 0; in_span(row); ++it) {
     const int s = it % S;
     const int64_t ahead = row + (S - 1) * step;
-    if (ahead < row_end) {
+    if (in_span(ahead)) {
       bwd_issue_row<Tin, Tdy, V, VPT, S, kPlain, kDsDirect>(a, ahead, (it + S - 1) % S, ring,
                                                             edge[S - 1]);
     }
