@@ -532,15 +532,16 @@ int main(int argc, char** argv) {
   const int sms = kern::device_sm_count();
   const int r_lib = resident(kLibrary, p), r_tl = resident(kTimeline, p), r_co = resident(kCoop, p);
   const int r_pat = resident(kPattern, p);  // the ring's shared memory: as many blocks per SM
+  const int r_split = resident(kWaveSplit, p);
   if (p.threads * 4 * 8 != kN) {
     std::printf("the pattern kernel's 4 vectors per thread do not cover a row\n");
     return 1;
   }
   std::printf(
       "plain bf16 ring, N = %lld: %d x %d, %d stages, %lld B shared; resident blocks per "
-      "SM: library %d, timeline %d, in-kernel sum %d, pattern %d; %d SMs\n",
+      "SM: library %d, timeline %d, in-kernel sum %d, pattern %d, wave split %d; %d SMs\n",
       static_cast<long long>(kN), p.threads, p.vpt, p.stages, static_cast<long long>(p.smem_bytes),
-      r_lib, r_tl, r_co, r_pat, sms);
+      r_lib, r_tl, r_co, r_pat, r_split, sms);
   const BwdBuffers b = alloc_bwd_buffers(32768, kN);
   unsigned long long *marks_dev, *clocks_dev;
   unsigned* sm_dev;
