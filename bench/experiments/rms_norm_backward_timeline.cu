@@ -129,8 +129,8 @@ struct WaveSplitProbe : TimelineProbe {
   static constexpr bool kSplitsRows = true;
   __device__ __forceinline__ static kern::BwdRowSpan rows(const kern::RmsNormBwdKernelArgs& a,
                                                           int64_t unit, int64_t units) {
-    // 32-bit arithmetic (the experiment's rows and grids are far below 2^31): an int64
-    // division by a run-time divisor costs the block's start about 2.5 k cycles.
+    // 32-bit arithmetic (the experiment's rows and grids are far below 2^31): with int64
+    // divisions the blocks reached their staged weights about 2.5 k cycles later (H100).
     const int waves = g_waves;
     const int slots = static_cast<int>(units) / waves;
     const int u = static_cast<int>(unit), m = static_cast<int>(a.m);
