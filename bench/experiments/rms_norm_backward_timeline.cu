@@ -16,7 +16,7 @@
 //    each statistic are printed, and the SMs most often among a run's ten latest to finish (a
 //    slow SM that stays slow from run to run would show there). Within each SM: the spread
 //    between its blocks' last rows, and how often its earliest block is its lowest-numbered one
-//    (the first placed there: whether the SM favours a block); for the last row count given,
+//    (whether the SM favours its lowest-numbered block); for the last row count given,
 //    the last run's blocks per SM with their last rows.
 // 2. In-kernel column sum. The same instance with a probe whose after_partials waits at a grid
 //    barrier (cooperative launch: the persistent grid is resident by construction; the probe
@@ -32,12 +32,12 @@
 //    recorded the same way: whether a kernel that does nothing but move the rows spreads its
 //    blocks' finish times as the row kernel does.
 //
-// 4. Splits by wave (WaveSplitProbe): the blocks an SM holds are placed in waves (blockIdx /
-//    SMs), and an SM's earlier-placed blocks were seen to finish their rows first. Each SM
-//    slot's rows are cut into one run per wave by shares: even, and larger for the earlier
-//    waves. Checked (dx bit for bit against the public call's; dw against it, which sums other
-//    groupings of rows, and against a second run) and timed with the column sum beside the
-//    library's split, with their timelines.
+// 4. Splits by wave (WaveSplitProbe): an SM's lower-numbered blocks were seen to finish their
+//    rows first, and most SMs (116 of 132 on an H200 and an H100) hold one block of each wave
+//    (blockIdx / SMs). Each SM slot's rows are cut into one run per wave by shares: even, and
+//    larger for the earlier waves. Checked (dx bit for bit against the public call's; dw against
+//    it, which sums other groupings of rows, and against a second run) and timed with the column
+//    sum beside the library's split, with their timelines.
 //
 // Timed (cold-L2 CUDA-event medians): the public call; the library's instance alone and with the
 // library's column sum (both launched with PDL), and with the column sum over only one partial
@@ -120,8 +120,8 @@ struct TimelineProbe : kern::BwdNoProbe {
 __device__ int g_waves;           // the wave split's waves (blocks per SM)
 __device__ float g_share_cut[4];  // wave w takes the share from g_share_cut[w] to [w + 1]
 
-/// Rows split by wave: the grid is g_waves waves of units / g_waves slots (a wave: the blocks
-/// placed on the SMs together, unit / slots); slot s's rows s, s + slots, ... are cut into
+/// Rows split by wave: the grid is g_waves waves of units / g_waves slots (a wave: unit / slots,
+/// mostly one block on each SM); slot s's rows s, s + slots, ... are cut into
 /// g_waves runs, wave w taking those from index n * g_share_cut[w] (rounded down) to the next
 /// wave's start (n of them in all). Even shares balance the blocks' row counts as the library's
 /// split does; larger shares for the earlier waves hand their blocks more rows.
@@ -130,7 +130,7 @@ struct WaveSplitProbe : TimelineProbe {
   __device__ __forceinline__ static kern::BwdRowSpan rows(const kern::RmsNormBwdKernelArgs& a,
                                                           int64_t unit, int64_t units) {
     // 32-bit arithmetic (the experiment's rows and grids are far below 2^31): with int64
-    // divisions the blocks reached their staged weights about 2.5 k cycles later (H100).
+    // divisions the blocks reached their staged weights 2.5-3.4 k cycles later (H100).
     const int waves = g_waves;
     const int slots = static_cast<int>(units) / waves;
     const int u = static_cast<int>(unit), m = static_cast<int>(a.m);
@@ -394,7 +394,7 @@ Timeline summarise(const std::vector<unsigned long long>& marks,
     by_done.push_back({kv.second, kv.first});
   }
   // Within each SM: its blocks' last rows (in blockIdx order), the spread between its earliest
-  // and latest, and whether its earliest is its lowest-numbered block (the first placed there).
+  // and latest, and whether its earliest is its lowest-numbered block (the SM favouring it).
   std::map<unsigned, std::vector<std::pair<int64_t, double>>> sm_blocks;
   for (int64_t b = 0; b < grid; ++b) sm_blocks[sm[b]].push_back({b, rel(b, kR)});
   std::vector<double> sm_spread, sm_first, sm_last;
