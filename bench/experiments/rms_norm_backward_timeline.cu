@@ -253,6 +253,20 @@ __global__ void __launch_bounds__(128) rows_pattern_kernel(const kern::RmsNormBw
   P::mark(BwdPoint::kStored);
 }
 
+/// The largest |v| of bf16 values (v) and the largest |a - b| of two sets of them.
+double max_abs_bf16(const std::vector<uint16_t>& v) {
+  double m = 0.0;
+  for (uint16_t x : v) m = std::max(m, std::fabs(ref::bf16_bits_to_double(x)));
+  return m;
+}
+double max_abs_diff_bf16(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b) {
+  double m = 0.0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    m = std::max(m, std::fabs(ref::bf16_bits_to_double(a[i]) - ref::bf16_bits_to_double(b[i])));
+  }
+  return m;
+}
+
 using Kernel = void (*)(kern::RmsNormBwdKernelArgs);
 using kern::bf16;
 constexpr int kVpt = core::kBwdPlainDeepVpt;
@@ -606,7 +620,8 @@ int main(int argc, char** argv) {
     const size_t d_tl = dx_of([&] { launch(kTimeline, a, p, grid, Launch::kPdl); });
     const bool coop_fits = r_co * int64_t{sms} >= grid && kN % 8 == 0;
     size_t d_co = 0, dw_co_differ = 0, dw_co_rerun = 0;
-    double dw_co_err = 0.0, dw_max = 0.0;
+    const double dw_max = max_abs_bf16(dw_ref);
+    double dw_co_err = 0.0;
     if (coop_fits) {
       CK(cudaMemset(coop_dw, 0xff, kN * 2));
       d_co = dx_of([&] { launch(kCoop, a, p, grid, Launch::kCoop); });
@@ -616,12 +631,7 @@ int main(int argc, char** argv) {
       CK(cudaDeviceSynchronize());
       dw_co_rerun = differing(dw_co, device_values(coop_dw, kN));
       dw_co_differ = differing(dw_ref, dw_co);
-      for (size_t i = 0; i < dw_ref.size(); ++i) {
-        const double r = ref::bf16_bits_to_double(dw_ref[i]);
-        const double c = ref::bf16_bits_to_double(dw_co[i]);
-        dw_max = std::max(dw_max, std::fabs(r));
-        dw_co_err = std::max(dw_co_err, std::fabs(r - c));
-      }
+      dw_co_err = max_abs_diff_bf16(dw_ref, dw_co);
     }
     std::printf(
         "\nM = %lld (grid %lld): dx values differing from the public call's: library "
@@ -699,9 +709,6 @@ int main(int argc, char** argv) {
       std::printf("  wave splits not run: the grid is not 3 blocks per SM\n");
       continue;
     }
-    double dw_abs_max = 0.0;
-    for (uint16_t v : dw_ref)
-      dw_abs_max = std::max(dw_abs_max, std::fabs(ref::bf16_bits_to_double(v)));
     constexpr size_t kSplits = sizeof(kWaveShares) / sizeof(kWaveShares[0]);
     for (size_t i = 0; i < kSplits; ++i) {
       set_wave_shares(kWaveShares[i]);
@@ -712,17 +719,13 @@ int main(int argc, char** argv) {
       with_sum(kWaveSplit, grid);
       CK(cudaDeviceSynchronize());
       const size_t d_rerun = differing(dw_s, device_values(b.dw, kN));
-      double err = 0.0;
-      for (size_t c = 0; c < dw_ref.size(); ++c) {
-        err = std::max(err, std::fabs(ref::bf16_bits_to_double(dw_ref[c]) -
-                                      ref::bf16_bits_to_double(dw_s[c])));
-      }
+      const double err = max_abs_diff_bf16(dw_ref, dw_s);
       std::printf(
           "  wave split %.3f / %.3f / %.3f: dx values differing from the public call's %zu; dw "
           "%zu differing (largest %.3g of max |dw| %.3g), %zu differing between two of its "
           "runs\n",
           kWaveShares[i][0], kWaveShares[i][1], kWaveShares[i][2], d_dx, differing(dw_ref, dw_s),
-          err / dw_abs_max, dw_abs_max, d_rerun);
+          err / dw_max, dw_max, d_rerun);
     }
     std::vector<std::vector<float>> t_split(kSplits);
     std::vector<float> t_base;

@@ -123,20 +123,16 @@ struct BwdRowSpan {
 /// The ring kernel's probe: each thread calls mark(point) as it passes a BwdPoint (kFirstRow
 /// only with a row; kStored only on the block path with register partials) and, on that path in
 /// plain calls, after_partials(a) right after its share of the block's partial row is stored
-/// (no barrier: a probe that reads the row synchronises first); where kSplitsRows,
-/// rows(a, unit, units) gives the rows unit `unit` of `units` visits. The library's probe does
-/// nothing beyond the library's split (unit u: rows u, u + units, ...) and compiles to nothing;
-/// experiments pass their own to record a block's timeline, to add work after the partial rows, or
-/// to split the rows another way (dw's partial rows then sum other rows, so its bits may differ;
-/// dx's never do).
+/// (no barrier: a probe that reads the row synchronises first); a probe with kSplitsRows also
+/// has rows(a, unit, units), the rows unit `unit` of `units` visits, in place of the library's
+/// split (unit u: rows u, u + units, ... below a.m). The library's probe does nothing and
+/// compiles to nothing; experiments pass their own to record a block's timeline, to add work
+/// after the partial rows, or to split the rows another way (dw's partial rows then sum other
+/// rows, so its bits may differ; dx's never do).
 struct BwdNoProbe {
-  static constexpr bool kSplitsRows = false;  // true: rows() replaces the library's split
+  static constexpr bool kSplitsRows = false;  // true: the probe's rows() replaces the split
   __device__ __forceinline__ static void mark(BwdPoint) {}
   __device__ __forceinline__ static void after_partials(const RmsNormBwdKernelArgs&) {}
-  __device__ __forceinline__ static BwdRowSpan rows(const RmsNormBwdKernelArgs& a, int64_t unit,
-                                                    int64_t units) {
-    return {unit, units, a.m};
-  }
 };
 
 /// The row's two sums, reduced over the warp (kWarp) or block: r (from rstd, or recomputed from
@@ -548,7 +544,7 @@ __global__ void __launch_bounds__(core::kBwdMaxThreads, VPT <= 2 ? 2 : 1)
   const int64_t units = kWarp ? static_cast<int64_t>(gridDim.x) * blockDim.y : gridDim.x;
   const int64_t unit =
       kWarp ? static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y : blockIdx.x;
-  BwdRowSpan span{unit, units, 0};
+  BwdRowSpan span{unit, units, 0};  // the library's split (its end is a.m, in in_span)
   if constexpr (Probe::kSplitsRows) span = Probe::rows(a, unit, units);
   const int64_t step = span.step, first_row = span.first;
   // Whether row r is one of this unit's (below a.m itself where the library splits the rows).
