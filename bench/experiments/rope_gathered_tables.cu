@@ -10,10 +10,10 @@
 // LeanLanes already serves these tables), or the lean kernel per token serve the gathered tables
 // faster than the general kernel, and from how many tokens?
 //
-// Cases: bf16 q [B, S, 32, 128], k [B, S, 8, 128]; bf16 cos and sin (a bf16 model's
+// Cases: bf16 q [B, S, 32, D], k [B, S, 8, D] (D = 128, or --d D); bf16 cos and sin (a bf16 model's
 // position_embeddings) gathered on the host from the default f32 cache at random int64 positions
-// below T, halves duplicated: [1, T, 128] for B = 1; [1, S, 128] viewed as [4, S, 128] with
-// batch stride 0 for B = 4 (as the integration passes a [1, S, R] batch); [4, S, 128] per token
+// below T, halves duplicated: [1, T, D] for B = 1; [1, S, D] viewed as [4, S, D] with
+// batch stride 0 for B = 4 (as the integration passes a [1, S, R] batch); [4, S, D] per token
 // (a model given position_ids per sequence); neox and gptj; T = 256, 1024, 2048, 4096, 16384,
 // 65536 (from 65 tokens the general kernel serves these tables up to the lean run's lengths: the
 // short runs say whether the lean kernel per token should serve them there, as it does rows by
@@ -21,12 +21,14 @@
 // Variants: the library (its pick printed), the lean kernel per token (LeanAny on
 // plan_rope_lean's grid), the lean run (LeanAny on plan_rope_lean_run's grid at 2 and 4 x 320
 // threads per multiprocessor, the library's lean-run shapes; on flat tokens also the flat walk
-// with rows by token, LeanTokensFlat), and beside them the library on the
+// with rows by token, LeanTokensFlat), the library on the same tables read as rows by position
+// (kHfCosSin at each token's row: the same bytes and bits through the by-position instances),
+// and beside them the library on the
 // cache at the same positions (a timing reference: its angles are the cache's f32 values, not
 // the tables' bf16 ones, so its outputs are not compared).
 // Checks: every variant's outputs (poisoned before each run) bit for bit against the general
 // kernel's (cuda::run_rope with the lean kernels disallowed).
-// Cold-L2 CUDA-event medians. Arguments (optional): run lengths. Not part of the build:
+// Cold-L2 CUDA-event medians. Arguments (optional): [--d D] run lengths. Not part of the build:
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90,code=sm_90 -Iinclude -Isrc -Ibench/experiments \
 //        bench/experiments/rope_gathered_tables.cu build/libropenorm.a -o rope_gathered_tables
 #include <cuda_runtime.h>
@@ -56,25 +58,26 @@ using namespace ropenorm::cuda;
 
 namespace {
 
-constexpr int kHq = 32, kHk = 8, kD = 128, kHalf = kD / 2;
+constexpr int kHq = 32, kHk = 8;
 
 const char* plan_name(const core::RopePlan& p) {
   return p.lean_run ? "lean run" : (p.lean ? "lean" : "general");
 }
 
-/// bf16 cos and sin tables [rows, kD] for `pos` (one row per entry), halves duplicated, from
-/// the f32 cache [P, kD] (c_0 .. c_63, then s_0 .. s_63 per row).
-void gathered_tables(const std::vector<float>& cache, const std::vector<int64_t>& pos,
+/// bf16 cos and sin tables [rows, d] for `pos` (one row per entry), halves duplicated, from
+/// the f32 cache [P, d] (c_0 .. c_{h-1}, then s_0 .. s_{h-1} per row, h = d / 2).
+void gathered_tables(const std::vector<float>& cache, const std::vector<int64_t>& pos, int64_t d,
                      std::vector<uint16_t>* cos, std::vector<uint16_t>* sin) {
-  cos->resize(pos.size() * kD);
-  sin->resize(pos.size() * kD);
+  const int64_t h = d / 2;
+  cos->resize(pos.size() * d);
+  sin->resize(pos.size() * d);
   for (size_t t = 0; t < pos.size(); ++t) {
-    const float* row = cache.data() + pos[t] * kD;
-    for (int i = 0; i < kHalf; ++i) {
+    const float* row = cache.data() + pos[t] * d;
+    for (int64_t i = 0; i < h; ++i) {
       const uint16_t c = ref::double_to_bf16_bits(row[i]);
-      const uint16_t s = ref::double_to_bf16_bits(row[kHalf + i]);
-      (*cos)[t * kD + i] = (*cos)[t * kD + kHalf + i] = c;
-      (*sin)[t * kD + i] = (*sin)[t * kD + kHalf + i] = s;
+      const uint16_t s = ref::double_to_bf16_bits(row[h + i]);
+      (*cos)[t * d + i] = (*cos)[t * d + h + i] = c;
+      (*sin)[t * d + i] = (*sin)[t * d + h + i] = s;
     }
   }
 }
@@ -87,9 +90,19 @@ int main(int argc, char** argv) {
     std::printf("no CUDA device\n");
     return 1;
   }
+  int64_t d = 128;
+  int first = 1;
+  if (argc > 2 && std::string(argv[1]) == "--d") {
+    d = std::atoll(argv[2]);
+    first = 3;
+  }
+  if (d < 16 || d > 256 || d % 16 != 0) {
+    std::printf("head_dim: a multiple of 16 in 16 .. 256, got %lld\n", static_cast<long long>(d));
+    return 1;
+  }
   std::vector<int64_t> runs = {256, 1024, 2048, 4096, 16384, 65536};
-  if (argc > 1) runs.clear();
-  for (int i = 1; i < argc; ++i) runs.push_back(std::atoll(argv[i]));
+  if (argc > first) runs.clear();
+  for (int i = first; i < argc; ++i) runs.push_back(std::atoll(argv[i]));
   for (int64_t t : runs) {
     if (t < 4 || t > 65536 || t % 4 != 0) {
       std::printf("run lengths: multiples of 4 in 4 .. 65536, got %lld\n",
@@ -99,7 +112,7 @@ int main(int argc, char** argv) {
   }
   const int64_t max_t = 65536;
   std::mt19937_64 rng(20261205);
-  const RopeHeads h = rope_heads(rng, max_t, kHq, kHk, kD);
+  const RopeHeads h = rope_heads(rng, max_t, kHq, kHk, d);
   bf16 *q = h.q, *k = h.k, *yq = h.yq, *yk = h.yk, *yq2 = h.yq2, *yk2 = h.yk2;
   int sms = 0;
   CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
@@ -110,16 +123,18 @@ int main(int argc, char** argv) {
       regs_of(reinterpret_cast<const void*>(rope_lean_kernel<bf16, bf16, false, LeanAny>)));
   std::printf("copy bandwidth %.1f GB/s\n", copy_bandwidth_gbps(size_t{1} << 30));
   const Device d0 = Device::cuda(0);
-  std::vector<float> cache_h(max_t * kD);
+  std::vector<float> cache_h(max_t * d);
   RopeConfig rc;
-  rc.rotary_dim = kD;
+  rc.rotary_dim = d;
   check(build_rope_cache(rc, max_t, DType::kFloat32, cache_h.data()), "cache");
   float* cache_d;
   CK(cudaMalloc(&cache_d, cache_h.size() * 4));
   CK(cudaMemcpy(cache_d, cache_h.data(), cache_h.size() * 4, cudaMemcpyHostToDevice));
   int64_t* pos_d;
   CK(cudaMalloc(&pos_d, max_t * 8));
-  bf16 *cos_d = device_bf16({}, max_t * kD), *sin_d = device_bf16({}, max_t * kD);
+  int64_t* rows_d;  // the tables' row of each token, as positions into them (kHfCosSin)
+  CK(cudaMalloc(&rows_d, max_t * 8));
+  bf16 *cos_d = device_bf16({}, max_t * d), *sin_d = device_bf16({}, max_t * d);
 
   // The tables' layouts: one sequence; [1, S, R] broadcast over B = 4; [4, S, R] per token.
   enum class Tables { kOneSequence, kBroadcast, kPerToken };
@@ -138,18 +153,21 @@ int main(int argc, char** argv) {
         for (int b = 0; b < (broadcast ? batch : 1); ++b)
           pos_tokens.insert(pos_tokens.end(), pos_h.begin(), pos_h.end());
         CK(cudaMemcpy(pos_d, pos_tokens.data(), t * 8, cudaMemcpyHostToDevice));
+        std::vector<int64_t> rows_h(t);
+        for (int64_t i = 0; i < t; ++i) rows_h[i] = broadcast ? i % s : i;
+        CK(cudaMemcpy(rows_d, rows_h.data(), t * 8, cudaMemcpyHostToDevice));
         std::vector<uint16_t> cos_h, sin_h;
-        gathered_tables(cache_h, pos_h, &cos_h, &sin_h);
+        gathered_tables(cache_h, pos_h, d, &cos_h, &sin_h);
         CK(cudaMemcpy(cos_d, cos_h.data(), cos_h.size() * 2, cudaMemcpyHostToDevice));
         CK(cudaMemcpy(sin_d, sin_h.data(), sin_h.size() * 2, cudaMemcpyHostToDevice));
         auto view = [&](void* p, int64_t heads) {
-          return TensorRef::contiguous(p, DType::kBFloat16, {batch, s, heads, kD}, d0);
+          return TensorRef::contiguous(p, DType::kBFloat16, {batch, s, heads, d}, d0);
         };
         RopeCosSin gathered;
         gathered.kind = CosSinKind::kHfCosSinGathered;
-        const int64_t table_sb = broadcast ? 0 : s * kD;
-        gathered.cos = TensorRef(cos_d, DType::kBFloat16, {batch, s, kD}, {table_sb, kD, 1}, d0);
-        gathered.sin = TensorRef(sin_d, DType::kBFloat16, {batch, s, kD}, {table_sb, kD, 1}, d0);
+        const int64_t table_sb = broadcast ? 0 : s * d;
+        gathered.cos = TensorRef(cos_d, DType::kBFloat16, {batch, s, d}, {table_sb, d, 1}, d0);
+        gathered.sin = TensorRef(sin_d, DType::kBFloat16, {batch, s, d}, {table_sb, d, 1}, d0);
         RopeParams prm;
         prm.style = style;
         const RopePositions none;
@@ -166,6 +184,24 @@ int main(int argc, char** argv) {
         names.push_back(std::string("library (") + plan_name(picked) + ")");
         vs.push_back([&] {
           check(rope(call.q, call.k, call.q_out, call.k_out, none, gathered, prm), "library");
+        });
+        // The same bf16 tables read as rows by position (kHfCosSin, [T, R] at each token's row):
+        // the same bytes and bits, through the by-position instances (LeanRows).
+        RopeCosSin by_row;
+        by_row.kind = CosSinKind::kHfCosSin;
+        by_row.cos = TensorRef::contiguous(cos_d, DType::kBFloat16, {broadcast ? s : t, d}, d0);
+        by_row.sin = TensorRef::contiguous(sin_d, DType::kBFloat16, {broadcast ? s : t, d}, d0);
+        RopePositions rows_pos;
+        rows_pos.positions = TensorRef(rows_d, DType::kInt64, {batch, s}, {s, 1}, d0);
+        {
+          core::RopeLeanFacts rf;
+          rope_args_of(
+              core::RopeCall{call.q, call.k, call.q_out, call.k_out, rows_pos, by_row, prm}, &rf);
+          names.push_back(std::string("library, tables by row (") +
+                          plan_name(core::plan_rope_call(rf, true, sms)) + ")");
+        }
+        vs.push_back([&] {
+          check(rope(call.q, call.k, call.q_out, call.k_out, rows_pos, by_row, prm), "by row");
         });
         const core::RopePlan lean = core::plan_rope_lean(lf, sms);
         names.push_back("lean per token");
@@ -197,7 +233,7 @@ int main(int argc, char** argv) {
           }
         }
 
-        const size_t nq = t * kHq * kD, nk = t * kHk * kD;
+        const size_t nq = t * kHq * d, nk = t * kHk * d;
         CK(cudaMemset(yq, 0xff, h.qn * 2));
         CK(cudaMemset(yk, 0xff, h.kn * 2));
         check(run_rope(ref_call, false, nullptr), "general");
@@ -211,7 +247,7 @@ int main(int argc, char** argv) {
         rp.positions = TensorRef(pos_d, DType::kInt64, {batch, s}, {s, 1}, d0);
         RopeCosSin cache;
         cache.kind = CosSinKind::kCache;
-        cache.cache = TensorRef::contiguous(cache_d, DType::kFloat32, {max_t, kD}, d0);
+        cache.cache = TensorRef::contiguous(cache_d, DType::kFloat32, {max_t, d}, d0);
         const float t_gen = time_med([&] { check(run_rope(ref_call, false, nullptr), "g"); }, true);
         std::printf("  cold: general %.2f us", t_gen);
         for (size_t vi = 0; vi < vs.size(); ++vi) {
