@@ -547,7 +547,9 @@ __global__ void __launch_bounds__(core::kBwdMaxThreads, VPT <= 2 ? 2 : 1)
   BwdRowSpan span{unit, units, 0};  // the library's split (its end is a.m, in in_span)
   if constexpr (Probe::kSplitsRows) span = Probe::rows(a, unit, units);
   const int64_t step = span.step, first_row = span.first;
-  // Whether row r is one of this unit's (below a.m itself where the library splits the rows).
+  // Whether row r is one of this unit's (below a.m itself where the library splits the rows:
+  // the bound copied into span.end changed the library's machine code throughout, compared with
+  // cuobjdump -sass).
   auto in_span = [&](int64_t r) {
     if constexpr (Probe::kSplitsRows) {
       return r < span.end;
